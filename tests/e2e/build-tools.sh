@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Builds the end-to-end test tools from Go modules (Go module proxy only, no Docker, no downloads
+# of prebuilt binaries):
+#   kube-apiserver, kubectl  - k8s.io/kubernetes (version pinned in tests/e2e/k8sbins/go.mod)
+#   etcd                     - go.etcd.io/etcd/server/v3 at the version k8s.io/apiserver pins
+#   tekton-validate          - Tekton's own SetDefaults+Validate (tests/e2e/tektonvalidate)
+# and copies Tekton's CRDs (from the tektoncd/pipeline module download) next to them:
+#   tests/e2e/bin/<k8s-version>/{kube-apiserver,kubectl,etcd,tekton-validate,crds/}
+#   tests/e2e/bin/current -> <k8s-version>
+# A binary is skipped when it exists and was built from the same go.mod/go.sum/sources
+# (a .stamp file next to it records that). Force a rebuild with FORCE=1.
+# Prints the time of each step; the last lines are shell-sourceable paths (E2E_BIN_DIR=..., ...).
+# Env: FORCE=1 rebuild everything; ONLY="kube-apiserver kubectl etcd tekton-validate crds" subset.
+set -euo pipefail
+
+E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+K8SBINS="$E2E_DIR/k8sbins"
+TVDIR="$E2E_DIR/tektonvalidate"
+ONLY=${ONLY:-kube-apiserver kubectl etcd tekton-validate crds}
+FORCE=${FORCE:-0}
+
+command -v go >/dev/null || { echo "build-tools.sh: go not found on PATH" >&2; exit 2; }
+
+export CGO_ENABLED=0
+# Do not touch GOPROXY/GOSUMDB/GOFLAGS: the machine's settings are used as they are.
+# go.mod/go.sum are committed, so the default -mod=readonly works.
+
+modver() { # modver <module dir> <module path> -> version required by that module's build list
+  (cd "$1" && go list -m -f '{{.Version}}' "$2")
+}
+
+K8S_VERSION=$(modver "$K8SBINS" k8s.io/kubernetes)
+ETCD_VERSION=$(modver "$K8SBINS" go.etcd.io/etcd/server/v3)
+TEKTON_VERSION=$(modver "$TVDIR" github.com/tektoncd/pipeline)
+BIN="$E2E_DIR/bin/$K8S_VERSION"
+mkdir -p "$BIN"
+ln -sfn "$K8S_VERSION" "$E2E_DIR/bin/current"
+
+minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
+K8S_LDFLAGS="-s -w \
+ -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
+ -X k8s.io/component-base/version.gitMajor=1 \
+ -X k8s.io/component-base/version.gitMinor=$minor \
+ -X k8s.io/component-base/version.gitTreeState=clean \
+ -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION \
+ -X k8s.io/client-go/pkg/version.gitMajor=1 \
+ -X k8s.io/client-go/pkg/version.gitMinor=$minor \
+ -X k8s.io/client-go/pkg/version.gitTreeState=clean"
+
+echo "build-tools: k8s.io/kubernetes $K8S_VERSION, etcd $ETCD_VERSION, tektoncd/pipeline $TEKTON_VERSION"
+echo "build-tools: output $BIN ($(go version | cut -d' ' -f3), $(nproc) cores)"
+
+wanted() { [[ " $ONLY " == *" $1 "* ]]; }
+
+# key of a module's inputs: go.mod, go.sum and every .go file (plus the build flags)
+srckey() { # srckey <module dir> <extra string>
+  (cd "$1" && { cat go.mod go.sum; find . -name '*.go' -type f | LC_ALL=C sort | xargs cat; echo "$2"; } \
+    | sha256sum | cut -d' ' -f1)
+}
+
+total_start=$SECONDS
+build() { # build <name> <module dir> <package> <ldflags>
+  local name=$1 dir=$2 pkg=$3 ldflags=$4 key out="$BIN/$1"
+  wanted "$name" || return 0
+  key=$(srckey "$dir" "$pkg $ldflags")
+  if [[ $FORCE != 1 && -x $out && -f $out.stamp && $(cat "$out.stamp") == "$key" ]]; then
+    echo "build-tools: $name: up to date, skipped ($out)"
+    return 0
+  fi
+  echo "build-tools: $name: building $pkg ..."
+  local t0=$SECONDS
+  (cd "$dir" && go build -buildvcs=false -ldflags "$ldflags" -o "$out.tmp" "$pkg")
+  mv -f "$out.tmp" "$out"
+  echo "$key" >"$out.stamp"
+  echo "build-tools: $name: built in $((SECONDS - t0)) s ($(du -h "$out" | cut -f1))"
+}
+
+build kube-apiserver  "$K8SBINS" k8s.io/kubernetes/cmd/kube-apiserver "$K8S_LDFLAGS"
+build kubectl         "$K8SBINS" k8s.io/kubernetes/cmd/kubectl        "$K8S_LDFLAGS"
+build etcd            "$K8SBINS" ./cmd/etcd                            "-s -w"
+build tekton-validate "$TVDIR"   .                                     "-s -w"
+
+# Tekton CRDs, taken from the tektoncd/pipeline module (no GitHub access needed).
+CRDS="$BIN/crds"
+if wanted crds; then
+  t0=$SECONDS
+  moddir=$(cd "$TVDIR" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
+    | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
+  [[ -d $moddir/config/300-crds ]] || { echo "build-tools: no config/300-crds in '$moddir'" >&2; exit 1; }
+  mkdir -p "$CRDS"
+  for f in 300-taskrun.yaml 300-task.yaml 300-stepaction.yaml; do
+    install -m 0644 "$moddir/config/300-crds/$f" "$CRDS/$f"
+  done
+  # Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster: a copy of the
+  # TaskRun CRD with `spec.conversion` replaced by `strategy: None`. (With None the apiserver only
+  # rewrites apiVersion; v1beta1-only fields are NOT converted - send tekton.dev/v1 in e2e tests.)
+  awk '
+    /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; next }
+    skip && /^(  [^ ]|[^ ])/ { skip=0 }
+    !skip { print }
+  ' "$CRDS/300-taskrun.yaml" >"$CRDS/300-taskrun-noconversion.yaml"
+  grep -q '^    strategy: None$' "$CRDS/300-taskrun-noconversion.yaml" \
+    || { echo "build-tools: could not rewrite spec.conversion of 300-taskrun.yaml" >&2; exit 1; }
+  echo "$TEKTON_VERSION" >"$CRDS/TEKTON_VERSION"
+  echo "build-tools: crds: copied from $moddir/config/300-crds in $((SECONDS - t0)) s"
+fi
+
+cat >"$BIN/env.sh" <<EOF
+# generated by tests/e2e/build-tools.sh
+E2E_BIN_DIR=$BIN
+E2E_K8S_VERSION=$K8S_VERSION
+E2E_ETCD_VERSION=$ETCD_VERSION
+E2E_TEKTON_VERSION=$TEKTON_VERSION
+E2E_CRDS_DIR=$CRDS
+EOF
+echo "build-tools: done in $((SECONDS - total_start)) s; bin dir $(du -sh "$BIN" | cut -f1)"
+cat "$BIN/env.sh" | grep -v '^#'
