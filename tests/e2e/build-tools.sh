@@ -81,26 +81,28 @@ build etcd            "$K8SBINS" ./cmd/etcd                            "-s -w"
 build tekton-validate "$TVDIR"   .                                     "-s -w"
 
 # Tekton CRDs, taken from the tektoncd/pipeline module (no GitHub access needed).
+#   crds/upstream/300-*.yaml  as shipped by Tekton
+#   crds/300-*.yaml           the same with `spec.conversion` replaced by `strategy: None`:
+#     Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster. With None the
+#     apiserver only rewrites apiVersion, v1beta1-only fields are NOT converted: send tekton.dev/v1.
 CRDS="$BIN/crds"
 if wanted crds; then
   t0=$SECONDS
   moddir=$(cd "$TVDIR" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   [[ -d $moddir/config/300-crds ]] || { echo "build-tools: no config/300-crds in '$moddir'" >&2; exit 1; }
-  mkdir -p "$CRDS"
+  rm -rf "$CRDS"
+  mkdir -p "$CRDS/upstream"
   for f in 300-taskrun.yaml 300-task.yaml 300-stepaction.yaml; do
-    install -m 0644 "$moddir/config/300-crds/$f" "$CRDS/$f"
+    install -m 0644 "$moddir/config/300-crds/$f" "$CRDS/upstream/$f"
+    awk '
+      /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; n++; next }
+      skip && /^(  [^ ]|[^ ])/ { skip=0 }
+      !skip { print }
+      END { if (n != 1) exit 1 }
+    ' "$CRDS/upstream/$f" >"$CRDS/$f" \
+      || { echo "build-tools: could not rewrite spec.conversion of $f" >&2; exit 1; }
   done
-  # Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster: a copy of the
-  # TaskRun CRD with `spec.conversion` replaced by `strategy: None`. (With None the apiserver only
-  # rewrites apiVersion; v1beta1-only fields are NOT converted - send tekton.dev/v1 in e2e tests.)
-  awk '
-    /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; next }
-    skip && /^(  [^ ]|[^ ])/ { skip=0 }
-    !skip { print }
-  ' "$CRDS/300-taskrun.yaml" >"$CRDS/300-taskrun-noconversion.yaml"
-  grep -q '^    strategy: None$' "$CRDS/300-taskrun-noconversion.yaml" \
-    || { echo "build-tools: could not rewrite spec.conversion of 300-taskrun.yaml" >&2; exit 1; }
   echo "$TEKTON_VERSION" >"$CRDS/TEKTON_VERSION"
   echo "build-tools: crds: copied from $moddir/config/300-crds in $((SECONDS - t0)) s"
 fi

@@ -1,0 +1,419 @@
+//! The AdmissionReview envelope: bytes in, status and bytes out, no HTTP types. Both webhook
+//! endpoints call the same engine as `bookend render`.
+
+use std::collections::BTreeMap;
+
+use base64::Engine as _;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::engine::{self, Decision, Lookup, Outcome, Request};
+use crate::policy::load::policy_from_value;
+use crate::policy::{PolicyDoc, PolicySet, validate};
+use crate::tekton;
+
+/// Which webhook endpoint a review came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Endpoint {
+    /// `POST /mutate`: inject steps into TaskRuns.
+    Mutate,
+    /// `POST /validate`: the fail-closed backstop for TaskRuns, and policy objects.
+    Validate,
+}
+
+impl Endpoint {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Mutate => "mutate",
+            Self::Validate => "validate",
+        }
+    }
+}
+
+/// What the handler sends back, plus what logs and metrics need to know.
+#[derive(Clone, Debug)]
+pub struct Reply {
+    /// 200 for every answer the API server should read; 400 for malformed requests.
+    pub status: u16,
+    pub body: Vec<u8>,
+    pub summary: Summary,
+}
+
+/// Facts about one review for the request span and metrics.
+#[derive(Clone, Debug, Default)]
+pub struct Summary {
+    pub uid: String,
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub operation: String,
+    pub dry_run: bool,
+    /// `allowed`, `mutated`, `denied` or `error`.
+    pub outcome: &'static str,
+    /// The denial message or the reason a request was malformed.
+    pub reason: Option<String>,
+    /// Steps injected per policy.
+    pub injected: Vec<(String, usize)>,
+    pub warnings: usize,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewIn {
+    #[serde(default)]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    request: Option<RequestIn>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RequestIn {
+    #[serde(default)]
+    uid: String,
+    #[serde(default)]
+    kind: GroupVersionKind,
+    #[serde(default)]
+    sub_resource: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    operation: String,
+    #[serde(default)]
+    object: Option<Value>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+struct GroupVersionKind {
+    #[serde(default)]
+    group: String,
+    #[serde(default)]
+    version: String,
+    #[serde(default)]
+    kind: String,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut {
+    uid: String,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    /// Base64 of the JSON patch, as the API documents `[]byte` on the wire.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    warnings: Vec<String>,
+}
+
+#[derive(Serialize)]
+struct StatusOut {
+    message: String,
+    // 400 (not the default 403): Tekton's PipelineRun controller treats a BadRequest from
+    // TaskRun creation as permanent and fails the PipelineRun with this message.
+    code: u16,
+    reason: &'static str,
+}
+
+/// The JSON body of a 4xx answer.
+#[derive(Serialize)]
+struct ErrorOut<'a> {
+    error: &'a str,
+}
+
+/// Handles one AdmissionReview body.
+pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
+    let mut summary = Summary::default();
+    let parsed: ReviewIn = match serde_json::from_slice(body) {
+        Ok(r) => r,
+        Err(e) => return bad_request(summary, format!("request body is not a JSON AdmissionReview: {e}")),
+    };
+    if parsed.kind != "AdmissionReview" {
+        return bad_request(
+            summary,
+            format!("kind must be AdmissionReview, got {:?}", parsed.kind),
+        );
+    }
+    let api_version = match parsed.api_version.as_str() {
+        v @ ("admission.k8s.io/v1" | "admission.k8s.io/v1beta1") => v.to_owned(),
+        other => {
+            return bad_request(
+                summary,
+                format!("apiVersion must be admission.k8s.io/v1, got {other:?}"),
+            );
+        }
+    };
+    let Some(request) = parsed.request else {
+        return bad_request(summary, "AdmissionReview has no request".to_owned());
+    };
+    summary.uid = request.uid.clone();
+    summary.kind = format!("{}/{}", request.kind.group, request.kind.kind);
+    summary.operation = request.operation.clone();
+    summary.dry_run = request.dry_run.unwrap_or(false);
+    summary.namespace = request.namespace.clone().unwrap_or_default();
+    summary.name = request.name.clone().unwrap_or_default();
+    if request.uid.is_empty() {
+        return bad_request(summary, "request.uid is missing".to_owned());
+    }
+
+    let answer = match (endpoint, request.kind.group.as_str(), request.kind.kind.as_str()) {
+        _ if request.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) => Answer::allow(),
+        (_, tekton::GROUP, "TaskRun") if request.operation == "CREATE" => {
+            match taskrun(endpoint, &request, set, lookup, &mut summary) {
+                Ok(answer) => answer,
+                Err(reason) => return bad_request(summary, reason),
+            }
+        }
+        (Endpoint::Validate, crate::policy::api::GROUP, "ClusterStepPolicy" | "StepPolicy")
+            if matches!(request.operation.as_str(), "CREATE" | "UPDATE") =>
+        {
+            match &request.object {
+                Some(object) => policy_object(object, set),
+                None => return bad_request(summary, "request.object is missing".to_owned()),
+            }
+        }
+        _ => Answer::allow(),
+    };
+    summary.outcome = answer.outcome;
+    summary.reason = answer.message.clone();
+    summary.warnings = answer.warnings.len();
+    let out = ReviewOut {
+        api_version: &api_version,
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid: request.uid,
+            allowed: answer.message.is_none(),
+            status: answer.message.map(|message| StatusOut {
+                message,
+                code: 400,
+                reason: "BadRequest",
+            }),
+            patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
+            patch: answer
+                .patch
+                .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+            audit_annotations: answer.audit_annotations,
+            warnings: answer.warnings,
+        },
+    };
+    Reply {
+        status: 200,
+        body: serde_json::to_vec(&out).expect("AdmissionReview serialises"),
+        summary,
+    }
+}
+
+struct Answer {
+    outcome: &'static str,
+    message: Option<String>,
+    patch: Option<Vec<u8>>,
+    warnings: Vec<String>,
+    audit_annotations: BTreeMap<String, String>,
+}
+
+impl Answer {
+    fn allow() -> Self {
+        Self {
+            outcome: Outcome::Allowed.as_str(),
+            message: None,
+            patch: None,
+            warnings: Vec::new(),
+            audit_annotations: BTreeMap::new(),
+        }
+    }
+
+    fn deny(message: String) -> Self {
+        Self {
+            outcome: Outcome::Denied.as_str(),
+            message: Some(message),
+            ..Self::allow()
+        }
+    }
+}
+
+fn taskrun(
+    endpoint: Endpoint,
+    request: &RequestIn,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    summary: &mut Summary,
+) -> Result<Answer, String> {
+    let object = request
+        .object
+        .as_ref()
+        .ok_or_else(|| "request.object is missing".to_owned())?;
+    let view = tekton::TaskRunView::new(object).ok_or_else(|| {
+        format!(
+            "request.object is not a tekton.dev/{} TaskRun",
+            request.kind.version
+        )
+    })?;
+    let namespace = request
+        .namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .or(view.namespace())
+        .unwrap_or("default");
+    if summary.name.is_empty() {
+        summary.name = view.display_name();
+    }
+    let decision = engine::decide(
+        Request {
+            object,
+            namespace,
+            dry_run: summary.dry_run,
+        },
+        set,
+        lookup,
+    );
+    Ok(match endpoint {
+        Endpoint::Mutate => mutate_answer(decision, summary),
+        Endpoint::Validate => backstop_answer(object, decision),
+    })
+}
+
+fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
+    let Decision {
+        outcome,
+        patch,
+        message,
+        warnings,
+        audit_annotations,
+        injected,
+        ..
+    } = decision;
+    match outcome {
+        Outcome::Denied => Answer {
+            warnings,
+            ..Answer::deny(message.unwrap_or_default())
+        },
+        Outcome::Allowed => Answer {
+            warnings,
+            audit_annotations,
+            ..Answer::allow()
+        },
+        Outcome::Mutated => {
+            summary.injected = injected;
+            Answer {
+                outcome: outcome.as_str(),
+                message: None,
+                patch: Some(serde_json::to_vec(&patch).expect("patch serialises")),
+                warnings,
+                audit_annotations,
+            }
+        }
+    }
+}
+
+/// The validating backstop: the final object must already be what the mutating webhook makes
+/// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
+/// were modified after injection.
+fn backstop_answer(object: &Value, decision: Decision) -> Answer {
+    match decision.outcome {
+        Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
+        Outcome::Allowed => Answer::allow(),
+        Outcome::Mutated => {
+            let spec_changes: Vec<String> = decision
+                .patch
+                .iter()
+                .filter(|op| op.path().starts_with("/spec"))
+                .map(|op| describe(op, object))
+                .collect();
+            if spec_changes.is_empty() {
+                return Answer::allow();
+            }
+            let policies = decision
+                .injected
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            Answer::deny(format!(
+                "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
+                spec_changes.join("; ")
+            ))
+        }
+    }
+}
+
+fn describe(op: &crate::patch::Operation, object: &Value) -> String {
+    use crate::patch::Operation;
+    let name_of = |v: &Value| {
+        tekton::step_name(v)
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
+    };
+    match op {
+        Operation::Add { path, value } => format!("missing {path}{}", name_of(value)),
+        Operation::Replace { path, .. } => format!("changed {path}"),
+        Operation::Remove { path } => {
+            let current = object.pointer(path).map(name_of).unwrap_or_default();
+            format!("unexpected {path}{current}")
+        }
+    }
+}
+
+/// `kubectl apply` of a policy: the same checks as `bookend validate`, including name clashes
+/// with the policies already loaded.
+fn policy_object(object: &Value, set: &PolicySet) -> Answer {
+    let doc: PolicyDoc = match policy_from_value("request", "object", object.clone()) {
+        Ok(d) => d,
+        Err(issue) => return Answer::deny(format!("bookend: {}: {}", issue.path, issue.message)),
+    };
+    let mut errors = validate::check_spec(&doc.spec, set.settings());
+    for (list, steps) in [("preSteps", &doc.spec.pre_steps), ("postSteps", &doc.spec.post_steps)] {
+        for (i, step) in steps.iter().enumerate() {
+            if let Some(owner) = set.step_owner(&step.name)
+                && owner.id != doc.id
+            {
+                errors.push(validate::FieldError {
+                    path: format!("spec.{list}[{i}].name"),
+                    message: format!(
+                        "step name {:?} is already used by {}; injected step names must be unique across all policies",
+                        step.name, owner.id
+                    ),
+                });
+            }
+        }
+    }
+    if errors.is_empty() {
+        return Answer::allow();
+    }
+    let lines: Vec<String> = errors
+        .iter()
+        .map(|e| format!("{}: {}", e.path, e.message))
+        .collect();
+    Answer::deny(format!("bookend: {} is invalid: {}", doc.id, lines.join("; ")))
+}
+
+fn bad_request(mut summary: Summary, reason: String) -> Reply {
+    summary.outcome = "error";
+    let body = serde_json::to_vec(&ErrorOut { error: &reason }).expect("error serialises");
+    summary.reason = Some(reason);
+    Reply {
+        status: 400,
+        body,
+        summary,
+    }
+}
+
+#[cfg(test)]
+mod tests;

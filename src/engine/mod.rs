@@ -1,0 +1,691 @@
+//! The decision: a TaskRun and the policy set in, what the admitted TaskRun looks like out.
+//! Pure: no I/O, no clock; everything it needs arrives as arguments.
+
+mod canonical;
+pub mod check;
+pub mod inject;
+pub mod reindex;
+pub mod record;
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+
+use serde_json::{Map, Value};
+
+use crate::patch::{self, Operation};
+use crate::policy::select::{Labels, Subject};
+use crate::policy::{
+    Mode, Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy, Verdict,
+};
+use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
+pub use canonical::canonical;
+use inject::{ParamValues, StepKind};
+use record::{INLINED_ANNOTATION, Record, RecordEntry};
+
+/// A policy "no", with the message the user sees (it names the field and the fix).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Denial {
+    pub message: String,
+}
+
+impl Denial {
+    /// A problem with a field of the TaskRun.
+    pub fn field(path: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Self {
+            message: format!("bookend: {path}: {message}"),
+        }
+    }
+
+    /// A problem with a step a policy injects.
+    pub fn step(policy: &Policy, step: &str, path: impl fmt::Display, message: impl fmt::Display) -> Self {
+        Self {
+            message: format!("bookend: {} step {step}: {path}: {message}", policy.id),
+        }
+    }
+
+    /// A policy refuses the TaskRun.
+    pub fn policy(policy: &Policy, message: impl fmt::Display) -> Self {
+        Self {
+            message: format!("bookend: {}: {message}", policy.id),
+        }
+    }
+}
+
+impl fmt::Display for Denial {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+/// A Task (or what bookend needs of one) to inline for `taskRef: Inline`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskObject {
+    pub namespace: String,
+    pub name: String,
+    pub api_version: ApiVersion,
+    /// The Task's spec, in its own version's field names.
+    pub spec: Value,
+    pub resource_version: Option<String>,
+    /// Carries a trusted-resources signature (`tekton.dev/signature`).
+    pub signed: bool,
+}
+
+impl TaskObject {
+    /// Reads a `tekton.dev` Task object; `None` for anything else.
+    pub fn from_object(object: &Value) -> Option<Self> {
+        if object.get("kind")?.as_str()? != "Task" {
+            return None;
+        }
+        let api_version = ApiVersion::parse(object.get("apiVersion")?.as_str()?)?;
+        let meta = object.get("metadata")?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            namespace: text(meta.get("namespace")).unwrap_or_default(),
+            name: text(meta.get("name"))?,
+            api_version,
+            spec: object.get("spec").cloned().unwrap_or(Value::Object(Map::new())),
+            resource_version: text(meta.get("resourceVersion")),
+            signed: meta
+                .get("annotations")
+                .and_then(|a| a.get(tekton::SIGNATURE_ANNOTATION))
+                .is_some(),
+        })
+    }
+}
+
+/// What the engine may look up besides the TaskRun: namespace labels and Tasks. The webhook
+/// answers from in-memory caches; `render` from files.
+pub trait Lookup: Send + Sync {
+    fn namespace_labels(&self, namespace: &str) -> Option<Labels>;
+    fn task(&self, namespace: &str, name: &str) -> Option<TaskObject>;
+}
+
+/// A [`Lookup`] held in memory (files mode, `render`, tests).
+#[derive(Clone, Debug, Default)]
+pub struct Catalog {
+    pub namespaces: HashMap<String, Labels>,
+    pub tasks: HashMap<(String, String), TaskObject>,
+    /// StepActions by (namespace, name), to check a policy's `ref` offline.
+    pub step_actions: HashMap<(String, String), Value>,
+}
+
+impl Catalog {
+    /// Adds Namespace, Task and StepAction objects; Tasks and StepActions without a namespace
+    /// go into `default_namespace`. Other kinds are ignored. Returns how many were added.
+    pub fn add_objects(&mut self, objects: &[Value], default_namespace: &str) -> usize {
+        let mut added = 0;
+        for object in objects {
+            let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
+            let meta = object.get("metadata");
+            let name = meta
+                .and_then(|m| m.get("name"))
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let ns = meta
+                .and_then(|m| m.get("namespace"))
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .unwrap_or(default_namespace);
+            match kind {
+                "Namespace" if !name.is_empty() => {
+                    let labels = meta
+                        .and_then(|m| m.get("labels"))
+                        .and_then(Value::as_object)
+                        .map(|l| {
+                            l.iter()
+                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    self.namespaces.insert(name.to_owned(), labels);
+                    added += 1;
+                }
+                "Task" => {
+                    if let Some(mut task) = TaskObject::from_object(object) {
+                        task.namespace = ns.to_owned();
+                        self.tasks.insert((ns.to_owned(), task.name.clone()), task);
+                        added += 1;
+                    }
+                }
+                "StepAction" if !name.is_empty() => {
+                    self.step_actions
+                        .insert((ns.to_owned(), name.to_owned()), object.clone());
+                    added += 1;
+                }
+                _ => {}
+            }
+        }
+        added
+    }
+}
+
+impl Lookup for Catalog {
+    fn namespace_labels(&self, namespace: &str) -> Option<Labels> {
+        self.namespaces.get(namespace).cloned()
+    }
+
+    fn task(&self, namespace: &str, name: &str) -> Option<TaskObject> {
+        self.tasks
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
+    }
+}
+
+/// One admission question.
+#[derive(Clone, Copy, Debug)]
+pub struct Request<'a> {
+    /// The TaskRun as it arrived.
+    pub object: &'a Value,
+    /// The namespace it is created in (the request's, which wins over `metadata.namespace`).
+    pub namespace: &'a str,
+    /// `kubectl --dry-run=server`: same decision, and warnings list what was injected.
+    pub dry_run: bool,
+}
+
+/// The answer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Admitted unchanged.
+    Allowed,
+    /// Admitted with a patch.
+    Mutated,
+    /// Refused.
+    Denied,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Mutated => "mutated",
+            Self::Denied => "denied",
+        }
+    }
+}
+
+/// Why one policy did or did not apply (for `render --explain`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Explanation {
+    pub policy: String,
+    pub mode: Mode,
+    pub verdict: Verdict,
+}
+
+/// Everything the engine decided.
+#[derive(Clone, Debug)]
+pub struct Decision {
+    pub outcome: Outcome,
+    /// The RFC 6902 patch (empty unless mutated).
+    pub patch: Vec<Operation>,
+    /// The TaskRun as admitted (the input when nothing changed or on denial).
+    pub object: Value,
+    /// The denial message.
+    pub message: Option<String>,
+    pub warnings: Vec<String>,
+    pub audit_annotations: BTreeMap<String, String>,
+    /// Steps injected per policy (`Kind/name`, count), for metrics.
+    pub injected: Vec<(String, usize)>,
+}
+
+impl Decision {
+    fn new(object: &Value) -> Self {
+        Self {
+            outcome: Outcome::Allowed,
+            patch: Vec::new(),
+            object: object.clone(),
+            message: None,
+            warnings: Vec::new(),
+            audit_annotations: BTreeMap::new(),
+            injected: Vec::new(),
+        }
+    }
+
+    fn deny(mut self, denial: Denial) -> Self {
+        self.outcome = Outcome::Denied;
+        self.message = Some(denial.message);
+        self.patch.clear();
+        self
+    }
+}
+
+fn labels_of(map: Option<&Map<String, Value>>) -> Labels {
+    map.map(|m| {
+        m.iter()
+            .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+/// Why each loaded policy does or does not apply to the TaskRun (every policy, not only the
+/// index's candidates). Empty for objects that are not TaskRuns.
+pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Vec<Explanation> {
+    let Some(view) = TaskRunView::new(request.object) else {
+        return Vec::new();
+    };
+    let labels = labels_of(view.labels());
+    let namespace_labels = lookup.namespace_labels(request.namespace).unwrap_or_default();
+    let subject = Subject {
+        namespace: request.namespace,
+        namespace_labels: &namespace_labels,
+        labels: &labels,
+        origin: view.origin(),
+    };
+    set.policies()
+        .iter()
+        .map(|p| Explanation {
+            policy: p.id.to_string(),
+            mode: p.spec.mode,
+            verdict: p.verdict(&subject),
+        })
+        .collect()
+}
+
+/// Decides what happens to a TaskRun CREATE. Objects that are not TaskRuns are allowed
+/// unchanged.
+pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
+    let mut decision = Decision::new(request.object);
+    let Some(view) = TaskRunView::new(request.object) else {
+        return decision;
+    };
+    let labels = labels_of(view.labels());
+    let namespace_labels = lookup.namespace_labels(request.namespace).unwrap_or_default();
+    let subject = Subject {
+        namespace: request.namespace,
+        namespace_labels: &namespace_labels,
+        labels: &labels,
+        origin: view.origin(),
+    };
+
+    let mut enforce = Vec::new();
+    let mut audit = Vec::new();
+    for policy in set.candidates(request.namespace) {
+        if matches!(policy.verdict(&subject), Verdict::Matched(_)) {
+            match policy.spec.mode {
+                Mode::Enforce => enforce.push(policy),
+                Mode::Audit => audit.push(policy),
+            }
+        }
+    }
+
+    let result = plan(&view, request.namespace, &enforce, set, lookup);
+    decision.warnings.extend(result.warnings.iter().cloned());
+    let enforced = match result.outcome {
+        Err(denial) => return decision.deny(denial),
+        Ok(p) => p,
+    };
+
+    if !audit.is_empty() {
+        let all: Vec<&Policy> = {
+            let mut v: Vec<&Policy> = enforce.iter().chain(&audit).copied().collect();
+            v.sort_by_key(|p| set.policies().iter().position(|q| q.id == p.id));
+            v
+        };
+        let would = plan(&view, request.namespace, &all, set, lookup);
+        for policy in &audit {
+            let msg = match &would.outcome {
+                Err(denial) => format!("bookend audit: {} would deny: {denial}", policy.id),
+                Ok(_) => format!(
+                    "bookend audit: {} would inject {}",
+                    policy.id,
+                    policy.step_names().collect::<Vec<_>>().join(", ")
+                ),
+            };
+            decision.warnings.push(msg);
+        }
+        decision.audit_annotations.insert(
+            "audit".to_owned(),
+            audit
+                .iter()
+                .map(|p| p.id.to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        );
+    }
+
+    let Some(new_object) = enforced else {
+        return decision;
+    };
+    let ops = patch::diff(request.object, &new_object);
+    if ops.is_empty() {
+        return decision;
+    }
+    decision.injected = enforce
+        .iter()
+        .map(|p| (p.id.to_string(), p.step_names().count()))
+        .collect();
+    if !enforce.is_empty() {
+        let summary = enforce
+            .iter()
+            .map(|p| format!("{} ({})", p.step_names().collect::<Vec<_>>().join(", "), p.id))
+            .collect::<Vec<_>>()
+            .join("; ");
+        decision
+            .audit_annotations
+            .insert("injected".to_owned(), summary.clone());
+        if request.dry_run {
+            decision
+                .warnings
+                .push(format!("bookend: injected {summary}"));
+        }
+    }
+    decision.outcome = Outcome::Mutated;
+    decision.patch = ops;
+    decision.object = new_object;
+    decision
+}
+
+struct Plan {
+    /// `Ok(Some(object))` to admit `object`, `Ok(None)` to admit unchanged.
+    outcome: Result<Option<Value>, Denial>,
+    warnings: Vec<String>,
+}
+
+/// Works out the admitted object for a set of applied policies (in evaluation order).
+fn plan(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    applied: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+) -> Plan {
+    let mut warnings = Vec::new();
+    let outcome = match view.task_source() {
+        TaskSource::Inline => inject_into(view.object, view.api_version, applied, set),
+        TaskSource::LocalRef { name } => {
+            plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
+        }
+        TaskSource::RemoteRef { resolver } => {
+            match applied
+                .iter()
+                .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
+            {
+                Some(p) => Err(Denial::policy(
+                    p,
+                    format!(
+                        "spec.taskRef: the Task comes from the {resolver:?} resolver, so bookend cannot inject its steps, and the policy sets remoteTaskRef: Deny; use an inline taskSpec or a Task in the namespace"
+                    ),
+                )),
+                None => {
+                    if !applied.is_empty() {
+                        warnings.push(format!(
+                            "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip)",
+                            ids(applied)
+                        ));
+                    }
+                    Ok(None)
+                }
+            }
+        }
+        TaskSource::CustomTask { .. } | TaskSource::Missing => Ok(None),
+    };
+    Plan { outcome, warnings }
+}
+
+fn ids(policies: &[&Policy]) -> String {
+    policies
+        .iter()
+        .map(|p| p.id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn plan_local_ref(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    task_name: &str,
+    applied: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Value>, Denial> {
+    if let Some(p) = applied.iter().find(|p| p.spec.task_ref == TaskRefPolicy::Deny) {
+        return Err(Denial::policy(
+            p,
+            format!(
+                "spec.taskRef.name: TaskRuns that reference a Task ({task_name:?}) are refused by this policy (taskRef: Deny); use an inline taskSpec"
+            ),
+        ));
+    }
+    let (inline, skip): (Vec<&Policy>, Vec<&Policy>) = applied
+        .iter()
+        .partition(|p| p.spec.task_ref == TaskRefPolicy::Inline);
+    if !skip.is_empty() {
+        warnings.push(format!(
+            "bookend: TaskRun references Task {task_name}; not injected: {} (taskRef: Skip)",
+            ids(&skip)
+        ));
+    }
+    let Some(first) = inline.first() else {
+        return Ok(None);
+    };
+    let Some(task) = lookup.task(namespace, task_name) else {
+        return Err(Denial::policy(
+            first,
+            format!(
+                "spec.taskRef.name: Task {task_name:?} was not found in namespace {namespace}, and bookend must inline it to inject the policy's steps (taskRef: Inline); create the Task before the TaskRun, or set taskRef: Skip on the policy"
+            ),
+        ));
+    };
+    if task.signed {
+        if let Some(p) = inline
+            .iter()
+            .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
+        {
+            return Err(Denial::policy(
+                p,
+                format!(
+                    "spec.taskRef.name: Task {task_name:?} carries a trusted-resources signature; inlining it would bypass signature verification, so bookend will not inject into it (remoteTaskRef: Deny)"
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "bookend: Task {task_name} is signed (trusted resources); inlining would bypass verification, so it was not inlined; not injected: {}",
+            ids(&inline)
+        ));
+        return Ok(None);
+    }
+    let mut object = view.object.clone();
+    let spec = object
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .expect("a taskRef TaskRun has a spec");
+    spec.remove("taskRef");
+    let task_spec = match task.api_version {
+        ApiVersion::V1 => task.spec.clone(),
+        ApiVersion::V1beta1 => tekton::task_spec_to_v1(task.spec.clone()),
+    };
+    spec.insert(
+        "taskSpec".to_owned(),
+        tekton::convert_task_spec(task_spec, view.api_version),
+    );
+    let meta = metadata_mut(&mut object);
+    map_entry(meta, "labels").insert(
+        tekton::TASK_LABEL.to_owned(),
+        Value::String(task.name.clone()),
+    );
+    let origin = match &task.resource_version {
+        Some(rv) => format!("{}@{rv}", task.name),
+        None => task.name.clone(),
+    };
+    map_entry(meta, "annotations").insert(INLINED_ANNOTATION.to_owned(), Value::String(origin));
+    Ok(Some(
+        inject_into(&object, view.api_version, &inline, set)?.unwrap_or(object),
+    ))
+}
+
+fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
+    let obj = object.as_object_mut().expect("a TaskRun is an object");
+    let meta = obj
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !meta.is_object() {
+        *meta = Value::Object(Map::new());
+    }
+    meta.as_object_mut().expect("metadata was just made an object")
+}
+
+fn map_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let entry = map
+        .entry(key)
+        .or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    entry.as_object_mut().expect("entry was just made an object")
+}
+
+/// Strips and injects into an inline-spec TaskRun. `Ok(None)`: nothing to change.
+fn inject_into(
+    object: &Value,
+    version: ApiVersion,
+    applied: &[&Policy],
+    set: &PolicySet,
+) -> Result<Option<Value>, Denial> {
+    let view = TaskRunView {
+        object,
+        api_version: version,
+    };
+    let Some(task_spec) = view.task_spec().filter(|t| t.is_object()) else {
+        return Ok(None);
+    };
+    let steps = view.steps();
+    let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let settings = set.settings();
+    let touches_prefix = steps.iter().any(|s| {
+        tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str()))
+    });
+    if applied.is_empty() && !touches_prefix && record.is_none() {
+        return Ok(None);
+    }
+    let stripped = inject::strip(steps, set, record.as_ref(), version)?;
+    if stripped.user.is_empty() {
+        // Tekton refuses a Task without steps of its own; bookend does not make it valid.
+        return Ok(None);
+    }
+
+    let empty = Vec::new();
+    let run_params = view
+        .spec()
+        .and_then(|s| s.get("params"))
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let spec_params = task_spec
+        .get("params")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let composed = inject::compose(
+        stripped.user,
+        applied,
+        settings,
+        version,
+        &ParamValues {
+            run_params,
+            spec_params,
+        },
+    );
+    let mut final_steps = composed.steps;
+    // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
+    // have re-serialised them), so a second pass yields no patch.
+    for (step, kind) in final_steps.iter_mut().zip(&composed.kinds) {
+        if matches!(kind, StepKind::User(_)) {
+            continue;
+        }
+        let name = tekton::step_name(step);
+        if let Some(existing) = steps.iter().find(|s| tekton::step_name(s) == name)
+            && canonical(existing) == canonical(step)
+        {
+            *step = existing.clone();
+        }
+    }
+
+    let mut new_spec = task_spec.clone();
+    let spec_obj = new_spec.as_object_mut().expect("taskSpec is an object");
+    spec_obj.insert("steps".to_owned(), Value::Array(final_steps));
+    merge_volumes(spec_obj, applied, set, record.as_ref())?;
+    check::check(&new_spec, &composed.kinds, applied, run_params)?;
+
+    let mut object = object.clone();
+    object["spec"]["taskSpec"] = new_spec;
+    let record = Record {
+        policies: applied
+            .iter()
+            .map(|p| RecordEntry {
+                policy: p.id.to_string(),
+                hash: p.hash.clone(),
+                steps: p.step_names().map(str::to_owned).collect(),
+                volumes: p.spec.volumes.iter().map(|v| v.name.clone()).collect(),
+            })
+            .collect(),
+        helpers: composed.helpers,
+        continued: composed.continued,
+    };
+    let meta = metadata_mut(&mut object);
+    if record.is_empty() {
+        if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+            annotations.remove(record::ANNOTATION);
+        }
+    } else {
+        map_entry(meta, "annotations").insert(
+            record::ANNOTATION.to_owned(),
+            Value::String(record.to_json()),
+        );
+    }
+    Ok(Some(object))
+}
+
+/// Removes volumes bookend added before and adds the applied policies' volumes; a user volume
+/// with a policy volume's name is a denial.
+fn merge_volumes(
+    spec: &mut Map<String, Value>,
+    applied: &[&Policy],
+    set: &PolicySet,
+    record: Option<&Record>,
+) -> Result<(), Denial> {
+    let had_key = spec.contains_key("volumes");
+    let existing: Vec<Value> = spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let is_ours = |v: &Value| {
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        record.is_some_and(|r| r.has_volume(name))
+            || set.policies().iter().any(|p| {
+                p.volumes
+                    .iter()
+                    .any(|pv| pv.get("name") == v.get("name") && canonical(pv) == canonical(v))
+            })
+    };
+    let mut volumes: Vec<Value> = existing.iter().filter(|v| !is_ours(v)).cloned().collect();
+    for policy in applied {
+        for volume in &policy.volumes {
+            let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Some(i) = volumes
+                .iter()
+                .position(|v| v.get("name").and_then(Value::as_str) == Some(name))
+            {
+                return Err(Denial::policy(
+                    policy,
+                    format!(
+                        "spec.taskSpec.volumes[{i}].name: multiple volumes with same name {name:?}: the TaskRun defines a volume the policy injects; rename the TaskRun's volume"
+                    ),
+                ));
+            }
+            let keep = existing
+                .iter()
+                .find(|v| v.get("name") == volume.get("name") && canonical(v) == canonical(volume));
+            volumes.push(keep.cloned().unwrap_or_else(|| volume.clone()));
+        }
+    }
+    if volumes.is_empty() && !had_key {
+        return Ok(());
+    }
+    spec.insert("volumes".to_owned(), Value::Array(volumes));
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,86 @@
+//! The `bookend.dev/injected` annotation: which policies (and spec hashes) injected which steps,
+//! which helper steps were added and which user steps were set to `onError: continue`.
+
+use serde::{Deserialize, Serialize};
+
+/// Annotation key of the record.
+pub const ANNOTATION: &str = "bookend.dev/injected";
+/// Annotation naming the Task bookend inlined for a `taskRef` TaskRun.
+pub const INLINED_ANNOTATION: &str = "bookend.dev/inlined-task";
+
+/// What bookend did to a TaskRun.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct Record {
+    #[serde(default)]
+    pub policies: Vec<RecordEntry>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub helpers: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub continued: Vec<String>,
+}
+
+/// One applied policy.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordEntry {
+    /// `Kind/name` (or `StepPolicy/namespace/name`).
+    pub policy: String,
+    pub hash: String,
+    pub steps: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
+}
+
+impl Record {
+    /// Parses the annotation value; a value bookend cannot read counts as absent.
+    pub fn parse(text: &str) -> Option<Self> {
+        serde_json::from_str(text).ok()
+    }
+
+    pub fn to_json(&self) -> String {
+        serde_json::to_string(self).expect("record serialises")
+    }
+
+    pub fn entry_with_step(&self, name: &str) -> Option<&RecordEntry> {
+        self.policies
+            .iter()
+            .find(|e| e.steps.iter().any(|s| s == name))
+    }
+
+    pub fn has_volume(&self, name: &str) -> bool {
+        self.policies
+            .iter()
+            .any(|e| e.volumes.iter().any(|v| v == name))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.policies.is_empty() && self.helpers.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trips_and_tolerates_garbage() {
+        let r = Record {
+            policies: vec![RecordEntry {
+                policy: "ClusterStepPolicy/a".into(),
+                hash: "0123456789ab".into(),
+                steps: vec!["bookend-a".into()],
+                volumes: vec![],
+            }],
+            helpers: vec!["bookend-verdict".into()],
+            continued: vec!["build".into(), "#1".into()],
+        };
+        let text = r.to_json();
+        assert_eq!(
+            text,
+            r##"{"policies":[{"policy":"ClusterStepPolicy/a","hash":"0123456789ab","steps":["bookend-a"]}],"helpers":["bookend-verdict"],"continued":["build","#1"]}"##
+        );
+        assert_eq!(Record::parse(&text), Some(r.clone()));
+        assert_eq!(Record::parse("not json"), None);
+        assert!(r.entry_with_step("bookend-a").is_some());
+        assert!(r.entry_with_step("bookend-b").is_none());
+    }
+}

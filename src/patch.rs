@@ -1,0 +1,339 @@
+//! Minimal RFC 6902 patches: the difference between the TaskRun as it came and as bookend wants
+//! it, as `add`/`remove`/`replace` operations on the smallest subtrees that changed.
+//!
+//! Arrays of named objects (steps, volumes) are aligned by name, so inserting a step is one `add`
+//! at its index instead of a rewrite of every later step.
+
+use std::collections::HashMap;
+
+use serde::Serialize;
+use serde_json::Value;
+
+/// One JSON Patch operation.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(tag = "op", rename_all = "lowercase")]
+pub enum Operation {
+    Add { path: String, value: Value },
+    Remove { path: String },
+    Replace { path: String, value: Value },
+}
+
+impl Operation {
+    pub fn path(&self) -> &str {
+        match self {
+            Self::Add { path, .. } | Self::Remove { path } | Self::Replace { path, .. } => path,
+        }
+    }
+}
+
+/// The operations that turn `old` into `new` (empty when they are equal).
+pub fn diff(old: &Value, new: &Value) -> Vec<Operation> {
+    let mut ops = Vec::new();
+    diff_at(&mut String::new(), old, new, &mut ops);
+    ops
+}
+
+/// Appends one JSON Pointer reference token to `path`, escaping `~` and `/`.
+pub fn push_token(path: &mut String, token: &str) {
+    path.push('/');
+    for c in token.chars() {
+        match c {
+            '~' => path.push_str("~0"),
+            '/' => path.push_str("~1"),
+            c => path.push(c),
+        }
+    }
+}
+
+fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>) {
+    if old == new {
+        return;
+    }
+    match (old, new) {
+        (Value::Object(a), Value::Object(b)) => {
+            let len = path.len();
+            for key in a.keys() {
+                if !b.contains_key(key) {
+                    push_token(path, key);
+                    ops.push(Operation::Remove { path: path.clone() });
+                    path.truncate(len);
+                }
+            }
+            for (key, new_value) in b {
+                push_token(path, key);
+                match a.get(key) {
+                    Some(old_value) => diff_at(path, old_value, new_value, ops),
+                    None => ops.push(Operation::Add {
+                        path: path.clone(),
+                        value: new_value.clone(),
+                    }),
+                }
+                path.truncate(len);
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => diff_array(path, a, b, ops),
+        _ => ops.push(Operation::Replace {
+            path: path.clone(),
+            value: new.clone(),
+        }),
+    }
+}
+
+/// Alignment key of an array element: the `name` of a named object, or the ordinal among the
+/// unnamed ones (unnamed steps keep their relative order).
+fn keys(items: &[Value]) -> Option<Vec<(bool, String)>> {
+    let mut unnamed = 0;
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        let obj = item.as_object()?;
+        match obj.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+            Some(name) => out.push((true, name.to_owned())),
+            None => {
+                out.push((false, unnamed.to_string()));
+                unnamed += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Operation>) {
+    if let (Some(old_keys), Some(new_keys)) = (keys(old), keys(new))
+        && all_distinct(&old_keys)
+        && all_distinct(&new_keys)
+    {
+        return diff_keyed(path, old, new, &old_keys, &new_keys, ops);
+    }
+    // Scalars and anonymous objects: shared prefix, then shared suffix, then a positional
+    // diff of equal-length middles or a remove/add of the rest.
+    let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    let (old_rest, new_rest) = (&old[prefix..], &new[prefix..]);
+    let suffix = old_rest
+        .iter()
+        .rev()
+        .zip(new_rest.iter().rev())
+        .take_while(|(a, b)| a == b)
+        .count();
+    let old_mid = &old_rest[..old_rest.len() - suffix];
+    let new_mid = &new_rest[..new_rest.len() - suffix];
+    let len = path.len();
+    if old_mid.len() == new_mid.len() {
+        for (i, (a, b)) in old_mid.iter().zip(new_mid).enumerate() {
+            push_token(path, &(prefix + i).to_string());
+            diff_at(path, a, b, ops);
+            path.truncate(len);
+        }
+        return;
+    }
+    for i in (0..old_mid.len()).rev() {
+        push_token(path, &(prefix + i).to_string());
+        ops.push(Operation::Remove { path: path.clone() });
+        path.truncate(len);
+    }
+    for (i, value) in new_mid.iter().enumerate() {
+        push_token(path, &(prefix + i).to_string());
+        ops.push(Operation::Add {
+            path: path.clone(),
+            value: value.clone(),
+        });
+        path.truncate(len);
+    }
+}
+
+fn all_distinct(keys: &[(bool, String)]) -> bool {
+    let mut seen = std::collections::HashSet::with_capacity(keys.len());
+    keys.iter().all(|k| seen.insert(k))
+}
+
+fn diff_keyed(
+    path: &mut String,
+    old: &[Value],
+    new: &[Value],
+    old_keys: &[(bool, String)],
+    new_keys: &[(bool, String)],
+    ops: &mut Vec<Operation>,
+) {
+    let old_index: HashMap<&(bool, String), usize> =
+        old_keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
+    // For each new element, the old element with the same key; keep the longest run of
+    // matches whose old indexes increase (the rest is removed and added again).
+    let matches: Vec<Option<usize>> = new_keys.iter().map(|k| old_index.get(k).copied()).collect();
+    let kept = longest_increasing(&matches);
+    let mut keep_old = vec![false; old.len()];
+    for &(_, o) in &kept {
+        keep_old[o] = true;
+    }
+    let len = path.len();
+    for i in (0..old.len()).rev() {
+        if !keep_old[i] {
+            push_token(path, &i.to_string());
+            ops.push(Operation::Remove { path: path.clone() });
+            path.truncate(len);
+        }
+    }
+    // After the removals the array holds the kept elements in order; walking the new array
+    // forwards, every earlier position already equals the final one.
+    let mut kept_iter = kept.iter().peekable();
+    for (j, value) in new.iter().enumerate() {
+        push_token(path, &j.to_string());
+        match kept_iter.peek() {
+            Some(&&(n, o)) if n == j => {
+                kept_iter.next();
+                diff_at(path, &old[o], value, ops);
+            }
+            _ => ops.push(Operation::Add {
+                path: path.clone(),
+                value: value.clone(),
+            }),
+        }
+        path.truncate(len);
+    }
+}
+
+/// Longest subsequence of `(new index, old index)` pairs with increasing old indexes
+/// (patience sorting, O(n log n)).
+fn longest_increasing(matches: &[Option<usize>]) -> Vec<(usize, usize)> {
+    let pairs: Vec<(usize, usize)> = matches
+        .iter()
+        .enumerate()
+        .filter_map(|(n, o)| o.map(|o| (n, o)))
+        .collect();
+    let mut tails: Vec<usize> = Vec::new(); // index into pairs of the smallest tail per length
+    let mut prev: Vec<Option<usize>> = vec![None; pairs.len()];
+    for (i, &(_, o)) in pairs.iter().enumerate() {
+        let pos = tails.partition_point(|&t| pairs[t].1 < o);
+        if pos > 0 {
+            prev[i] = Some(tails[pos - 1]);
+        }
+        if pos == tails.len() {
+            tails.push(i);
+        } else {
+            tails[pos] = i;
+        }
+    }
+    let mut out = Vec::with_capacity(tails.len());
+    let mut cursor = tails.last().copied();
+    while let Some(i) = cursor {
+        out.push(pairs[i]);
+        cursor = prev[i];
+    }
+    out.reverse();
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn apply(old: &Value, ops: &[Operation]) -> Value {
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::to_value(ops).unwrap()).unwrap();
+        let mut doc = old.clone();
+        json_patch::patch(&mut doc, &patch).unwrap();
+        doc
+    }
+
+    #[test]
+    fn equal_documents_give_no_patch() {
+        let v = json!({"a": [1, {"b": 2}]});
+        assert!(diff(&v, &v).is_empty());
+    }
+
+    #[test]
+    fn inserting_steps_is_one_add_each() {
+        let old = json!({"spec": {"taskSpec": {"steps": [
+            {"name": "build", "image": "golang"}, {"image": "unnamed"}, {"name": "test", "image": "golang"}
+        ]}}});
+        let mut new = old.clone();
+        let steps = new["spec"]["taskSpec"]["steps"].as_array_mut().unwrap();
+        steps.insert(0, json!({"name": "bookend-pre", "image": "x"}));
+        steps.push(json!({"name": "bookend-post", "image": "y"}));
+        let ops = diff(&old, &new);
+        assert_eq!(
+            ops,
+            vec![
+                Operation::Add {
+                    path: "/spec/taskSpec/steps/0".into(),
+                    value: json!({"name": "bookend-pre", "image": "x"})
+                },
+                Operation::Add {
+                    path: "/spec/taskSpec/steps/4".into(),
+                    value: json!({"name": "bookend-post", "image": "y"})
+                },
+            ]
+        );
+        assert_eq!(apply(&old, &ops), new);
+    }
+
+    #[test]
+    fn keys_are_escaped() {
+        let old = json!({"metadata": {"annotations": {}}});
+        let new = json!({"metadata": {"annotations": {"bookend.dev/injected": "x", "a~b": "y"}}});
+        let ops = diff(&old, &new);
+        assert_eq!(ops[0].path(), "/metadata/annotations/bookend.dev~1injected");
+        assert_eq!(ops[1].path(), "/metadata/annotations/a~0b");
+        assert_eq!(apply(&old, &ops), new);
+    }
+
+    #[test]
+    fn field_changes_inside_a_kept_step_are_local() {
+        let old = json!([{"name": "a", "args": ["x"]}, {"name": "b"}]);
+        let new = json!([{"name": "pre"}, {"name": "a", "args": ["x", "y"], "onError": "continue"}, {"name": "b"}]);
+        let ops = diff(&old, &new);
+        assert_eq!(ops.len(), 3, "{ops:?}");
+        assert_eq!(apply(&old, &ops), new);
+    }
+
+    #[test]
+    fn reordered_named_elements_still_apply() {
+        let old = json!([{"name": "a"}, {"name": "b"}, {"name": "c"}]);
+        let new = json!([{"name": "c"}, {"name": "a"}, {"name": "d"}]);
+        assert_eq!(apply(&old, &diff(&old, &new)), new);
+    }
+
+    fn arb_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            (0i64..5).prop_map(|n| json!(n)),
+            "[a-c~/]{0,3}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(4, 40, 5, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..5).prop_map(Value::Array),
+                prop::collection::vec(
+                    (prop_oneof![Just("name".to_owned()), "[a-c/~]{1,2}"], inner),
+                    0..5
+                )
+                .prop_map(|kv| Value::Object(kv.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn applying_the_diff_gives_the_new_document(old in arb_json(), new in arb_json()) {
+            let ops = diff(&old, &new);
+            prop_assert_eq!(apply(&old, &ops), new);
+        }
+
+        #[test]
+        fn step_lists_roundtrip(
+            old in prop::collection::vec(prop::option::of("[a-e]"), 0..8),
+            new in prop::collection::vec(prop::option::of("[a-e]"), 0..8),
+        ) {
+            let to_steps = |names: &[Option<String>]| {
+                let mut seen = std::collections::HashSet::new();
+                Value::Array(names.iter().filter(|n| n.as_ref().is_none_or(|n| seen.insert(n.clone())))
+                    .enumerate()
+                    .map(|(i, n)| match n { Some(n) => json!({"name": n, "i": i}), None => json!({"image": i}) })
+                    .collect())
+            };
+            let (old, new) = (to_steps(&old), to_steps(&new));
+            let ops = diff(&old, &new);
+            prop_assert_eq!(apply(&old, &ops), new);
+        }
+    }
+}

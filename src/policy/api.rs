@@ -1,0 +1,460 @@
+//! The `bookend.dev/v1alpha1` API: `ClusterStepPolicy` and `StepPolicy`, one spec.
+//!
+//! The Rust types are the source of the CRDs (`bookend crds`): field docs become the OpenAPI
+//! descriptions that `kubectl explain` shows.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{
+    EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, Volume, VolumeDevice, VolumeMount,
+};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use kube::{CustomResource, CustomResourceExt, Resource};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// API group of the policy kinds.
+pub const GROUP: &str = "bookend.dev";
+/// Version of the policy kinds.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of the policy kinds.
+pub const API_VERSION: &str = "bookend.dev/v1alpha1";
+
+/// Steps injected into every matching TaskRun, before and after the TaskRun's own steps.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "bookend.dev",
+    version = "v1alpha1",
+    kind = "StepPolicy",
+    plural = "steppolicies",
+    shortname = "sp",
+    namespaced,
+    doc = "Pre-steps and post-steps bookend injects into the TaskRuns of this policy's own namespace.",
+    printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
+    printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"PostStepsRun","type":"string","jsonPath":".spec.postStepsRun"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepPolicySpec {
+    /// Order among policies: lower is outer (its pre-steps run earlier and its post-steps
+    /// later). Ties are broken by name.
+    #[serde(default = "default_priority")]
+    pub priority: i32,
+    /// Enforce injects the steps; Audit only computes and reports them (admission warnings,
+    /// metrics, `bookend render --explain`) without changing the TaskRun.
+    #[serde(default)]
+    pub mode: Mode,
+    /// Which TaskRuns the policy applies to. Omitted: all TaskRuns. Every criterion given must
+    /// hold.
+    #[serde(default, rename = "match", skip_serializing_if = "Criteria::is_empty")]
+    pub match_: Criteria,
+    /// TaskRuns to leave alone: any criterion given that holds excludes the TaskRun.
+    #[serde(default, skip_serializing_if = "Criteria::is_empty")]
+    pub exclude: Criteria,
+    /// Tekton v1 steps run before the TaskRun's steps. Names must start with the reserved prefix
+    /// (`bookend-` by default).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_steps: Vec<Step>,
+    /// Tekton v1 steps run after the TaskRun's steps. Names must start with the reserved prefix.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_steps: Vec<Step>,
+    /// OnSuccess: post-steps run only when every earlier step succeeded. Always: post-steps run
+    /// even after a failed step, and the TaskRun still ends Failed (bookend adds gate steps and a
+    /// final verdict step).
+    #[serde(default)]
+    pub post_steps_run: PostStepsRun,
+    /// Volumes added to `taskSpec.volumes` for the injected steps' volumeMounts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "volumes_schema")]
+    pub volumes: Vec<Volume>,
+    /// TaskRuns that reference a Task in their namespace (`taskRef.name`): Inline resolves the
+    /// Task and inlines it as `taskSpec` so the steps can be injected; Skip admits them
+    /// unchanged; Deny refuses them.
+    #[serde(default)]
+    pub task_ref: TaskRefPolicy,
+    /// TaskRuns whose Task comes through a resolver (git, bundles, hub, cluster, http): Skip
+    /// admits them unchanged with a warning; Deny refuses them.
+    #[serde(default)]
+    pub remote_task_ref: RemoteTaskRefPolicy,
+}
+
+fn default_priority() -> i32 {
+    100
+}
+
+impl Default for StepPolicySpec {
+    fn default() -> Self {
+        Self {
+            priority: default_priority(),
+            mode: Mode::default(),
+            match_: Criteria::default(),
+            exclude: Criteria::default(),
+            pre_steps: Vec::new(),
+            post_steps: Vec::new(),
+            post_steps_run: PostStepsRun::default(),
+            volumes: Vec::new(),
+            task_ref: TaskRefPolicy::default(),
+            remote_task_ref: RemoteTaskRefPolicy::default(),
+        }
+    }
+}
+
+/// Whether a policy changes TaskRuns or only reports what it would do.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Mode {
+    #[default]
+    Enforce,
+    Audit,
+}
+
+/// When post-steps run.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum PostStepsRun {
+    #[default]
+    OnSuccess,
+    Always,
+}
+
+/// What to do with TaskRuns that reference a local Task.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum TaskRefPolicy {
+    #[default]
+    Inline,
+    Skip,
+    Deny,
+}
+
+/// What to do with TaskRuns whose Task is resolved remotely.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum RemoteTaskRefPolicy {
+    #[default]
+    Skip,
+    Deny,
+}
+
+/// Which TaskRuns the origin criterion selects.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum OriginMatch {
+    /// Every TaskRun.
+    #[default]
+    Any,
+    /// TaskRuns not owned by a PipelineRun.
+    Standalone,
+    /// TaskRuns owned by a PipelineRun.
+    Pipeline,
+}
+
+/// Match or exclude criteria.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Criteria {
+    /// Globs on the TaskRun's namespace (`*` any run of characters, `?` one character,
+    /// `[a-z]` a class). The criterion holds when any glob matches.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    /// Label selector on the labels of the TaskRun's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Label selector on the TaskRun's own labels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    /// Any, Standalone (not owned by a PipelineRun) or Pipeline (owned by a PipelineRun).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<OriginMatch>,
+}
+
+impl Criteria {
+    /// True when no criterion is given.
+    pub fn is_empty(&self) -> bool {
+        self.namespaces.is_empty()
+            && self.namespace_selector.is_none()
+            && self.selector.is_none()
+            && self.origin.is_none()
+    }
+}
+
+/// A Tekton v1 Step, as in `tekton.dev/v1` TaskSpec.steps.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Step {
+    /// Step name: a DNS-1123 label of at most 58 characters that starts with the reserved
+    /// prefix, unique across all policies.
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub display_name: Option<String>,
+    /// Container image (required unless `ref` is set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub args: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub working_dir: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env_from: Option<Vec<EnvFromSource>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+    /// Resource requirements (written as `resources` into v1beta1 TaskRuns).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub volume_devices: Option<Vec<VolumeDevice>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub security_context: Option<SecurityContext>,
+    /// Script run by the step (not together with `command`; a TaskRun whose stepTemplate sets
+    /// `command` makes a script step invalid, so bookend refuses to inject it there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub script: Option<String>,
+    /// Step timeout, a Go duration such as `30s` or `5m`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout: Option<String>,
+    /// Isolated workspaces the step mounts (each must be declared by the TaskRun's Task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workspaces: Option<Vec<WorkspaceUsage>>,
+    /// `continue` or `stopAndFail`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub on_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stdout_config: Option<StepOutputConfig>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stderr_config: Option<StepOutputConfig>,
+    /// A StepAction reference (instead of image/command/args/script/env/volumeMounts).
+    #[serde(default, skip_serializing_if = "Option::is_none", rename = "ref")]
+    pub ref_: Option<StepRef>,
+    /// Parameters for the referenced StepAction (only with `ref`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Vec<Param>>,
+    /// Results the step writes (not with `ref`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub results: Option<Vec<StepResult>>,
+    /// Conditions for running the step.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub when: Option<Vec<WhenExpression>>,
+}
+
+/// A workspace mounted by one step.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WorkspaceUsage {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount_path: Option<String>,
+}
+
+/// Where a step's stdout or stderr is also written.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepOutputConfig {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+}
+
+/// Reference to a StepAction: `name` for one in the TaskRun's namespace, or `resolver` and
+/// `params` for a remote one.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepRef {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolver: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<Vec<Param>>,
+}
+
+/// A parameter value: a string, an array of strings or an object of strings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Param {
+    pub name: String,
+    #[schemars(schema_with = "any_value_schema")]
+    pub value: Value,
+}
+
+/// A result a step writes to `$(step.results.<name>.path)`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct StepResult {
+    pub name: String,
+    /// string, array or object.
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub properties: Option<BTreeMap<String, PropertySpec>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+}
+
+/// Type of an object result's property.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PropertySpec {
+    #[serde(default, rename = "type", skip_serializing_if = "Option::is_none")]
+    pub type_: Option<String>,
+}
+
+/// A `when` expression: `input` `operator` (`in`/`notin`) `values`, or `cel`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WhenExpression {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operator: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub values: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<String>,
+}
+
+fn any_value_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "description": "A string, an array of strings or an object of strings.",
+        "x-kubernetes-preserve-unknown-fields": true
+    })
+}
+
+// The full core/v1 Volume schema would make the CRD several hundred kilobytes (too large for
+// client-side `kubectl apply`); bookend checks volumes itself when it loads a policy.
+fn volumes_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "description": "A core/v1 Volume.",
+            "required": ["name"],
+            "properties": {"name": {"type": "string"}},
+            "x-kubernetes-preserve-unknown-fields": true
+        }
+    })
+}
+
+// === impl ClusterStepPolicy ===
+
+/// The cluster-scoped kind: same spec as [`StepPolicy`], applies to TaskRuns in every namespace
+/// its criteria select.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+pub struct ClusterStepPolicy {
+    pub metadata: ObjectMeta,
+    pub spec: StepPolicySpec,
+}
+
+impl ClusterStepPolicy {
+    /// A policy with this name and spec.
+    pub fn new(name: &str, spec: StepPolicySpec) -> Self {
+        Self {
+            metadata: ObjectMeta {
+                name: Some(name.to_owned()),
+                ..ObjectMeta::default()
+            },
+            spec,
+        }
+    }
+}
+
+impl Resource for ClusterStepPolicy {
+    type DynamicType = ();
+    type Scope = k8s_openapi::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        "ClusterStepPolicy".into()
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        GROUP.into()
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        VERSION.into()
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        "clustersteppolicies".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The two CRDs, generated from these types: StepPolicy, then ClusterStepPolicy (the same
+/// schema, cluster-scoped).
+pub fn crds() -> Vec<CustomResourceDefinition> {
+    let namespaced = StepPolicy::crd();
+    let mut cluster = namespaced.clone();
+    cluster.metadata.name = Some(format!("clustersteppolicies.{GROUP}"));
+    cluster.spec.scope = "Cluster".to_owned();
+    cluster.spec.names.kind = "ClusterStepPolicy".to_owned();
+    cluster.spec.names.list_kind = Some("ClusterStepPolicyList".to_owned());
+    cluster.spec.names.plural = "clustersteppolicies".to_owned();
+    cluster.spec.names.singular = Some("clustersteppolicy".to_owned());
+    cluster.spec.names.short_names = Some(vec!["csp".to_owned()]);
+    for version in &mut cluster.spec.versions {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            schema.description = Some(
+                "Pre-steps and post-steps bookend injects into the TaskRuns of every namespace \
+                 the policy's criteria select."
+                    .to_owned(),
+            );
+        }
+    }
+    vec![namespaced, cluster]
+}
+
+/// The CRDs as a multi-document YAML stream, as `bookend crds` prints it.
+pub fn crds_yaml() -> String {
+    let mut out = String::new();
+    for crd in crds() {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&crd).expect("CRDs serialise to YAML"));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spec_defaults_follow_the_brief() {
+        let spec: StepPolicySpec = serde_json::from_value(serde_json::json!({})).unwrap();
+        assert_eq!(spec.priority, 100);
+        assert_eq!(spec.mode, Mode::Enforce);
+        assert_eq!(spec.post_steps_run, PostStepsRun::OnSuccess);
+        assert_eq!(spec.task_ref, TaskRefPolicy::Inline);
+        assert_eq!(spec.remote_task_ref, RemoteTaskRefPolicy::Skip);
+        assert_eq!(spec, StepPolicySpec::default());
+    }
+
+    #[test]
+    fn unknown_step_fields_are_rejected() {
+        let err = serde_json::from_value::<Step>(serde_json::json!({"name": "x", "imagee": "y"}))
+            .unwrap_err();
+        assert!(err.to_string().contains("imagee"), "{err}");
+    }
+
+    #[test]
+    fn crds_have_both_kinds_with_descriptions() {
+        let crds = crds();
+        assert_eq!(crds.len(), 2);
+        assert_eq!(crds[0].spec.scope, "Namespaced");
+        assert_eq!(crds[0].spec.names.kind, "StepPolicy");
+        assert_eq!(crds[1].spec.scope, "Cluster");
+        assert_eq!(crds[1].spec.names.kind, "ClusterStepPolicy");
+        let yaml = crds_yaml();
+        assert!(yaml.contains("lower is outer"), "field docs become descriptions");
+        assert!(yaml.contains("name: clustersteppolicies.bookend.dev"));
+        assert!(yaml.len() < 200_000, "CRD YAML is {} bytes", yaml.len());
+    }
+}

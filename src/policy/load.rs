@@ -1,0 +1,326 @@
+//! Reading policies from files, directories and API objects, with errors that name the file,
+//! the policy and the field.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::api::{API_VERSION, StepPolicySpec};
+use super::{Issue, PolicyDoc, PolicyId};
+
+/// Parses a multi-document YAML (or JSON) stream into JSON values, skipping empty documents.
+/// The error names the document (1-based) that failed.
+pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
+    let mut docs = Vec::new();
+    for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
+        let value = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if !value.is_null() {
+            docs.push(value);
+        }
+    }
+    Ok(docs)
+}
+
+/// Lists the policy files under `paths`: files as given, directories recursively (`.yaml`,
+/// `.yml`, `.json`; hidden entries skipped), sorted for a stable order.
+pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Issue> {
+    let mut files = Vec::new();
+    for path in paths {
+        collect(path, &mut files).map_err(|e| Issue {
+            source: path.display().to_string(),
+            policy: "-".to_owned(),
+            path: "-".to_owned(),
+            message: e,
+        })?;
+    }
+    Ok(files)
+}
+
+fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
+    if meta.is_file() {
+        files.push(path.to_owned());
+        return Ok(());
+    }
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
+        .map_err(|e| format!("cannot list directory: {e}"))?
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| {
+            !p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with('.'))
+        })
+        .collect();
+    entries.sort();
+    for entry in entries {
+        if entry.is_dir() {
+            collect(&entry, files)?;
+        } else if matches!(
+            entry.extension().and_then(|e| e.to_str()),
+            Some("yaml" | "yml" | "json")
+        ) {
+            files.push(entry);
+        }
+    }
+    Ok(())
+}
+
+/// Loads every policy under `paths`. Returns what parsed, and every problem found.
+pub fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
+    let files = match policy_files(paths) {
+        Ok(f) => f,
+        Err(issue) => return (Vec::new(), vec![issue]),
+    };
+    let mut docs = Vec::new();
+    let mut issues = Vec::new();
+    for file in files {
+        let source = file.display().to_string();
+        match std::fs::read_to_string(&file) {
+            Ok(text) => {
+                let (d, i) = parse_policies(&source, &text);
+                docs.extend(d);
+                issues.extend(i);
+            }
+            Err(e) => issues.push(Issue {
+                source,
+                policy: "-".to_owned(),
+                path: "-".to_owned(),
+                message: format!("cannot read: {e}"),
+            }),
+        }
+    }
+    (docs, issues)
+}
+
+/// Parses every policy in one YAML stream. `List` objects are unpacked.
+pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
+    let values = match yaml_documents(text) {
+        Ok(v) => v,
+        Err(message) => {
+            return (
+                Vec::new(),
+                vec![Issue {
+                    source: source.to_owned(),
+                    policy: "-".to_owned(),
+                    path: "-".to_owned(),
+                    message: format!("invalid YAML: {message}"),
+                }],
+            );
+        }
+    };
+    let mut docs = Vec::new();
+    let mut issues = Vec::new();
+    let mut queue: Vec<(String, Value)> = values
+        .into_iter()
+        .enumerate()
+        .map(|(i, v)| (format!("document {}", i + 1), v))
+        .collect();
+    queue.reverse();
+    while let Some((label, value)) = queue.pop() {
+        if value.get("kind").and_then(Value::as_str) == Some("List") {
+            let items = value
+                .get("items")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            for (j, item) in items.into_iter().enumerate().rev() {
+                queue.push((format!("{label} item {}", j + 1), item));
+            }
+            continue;
+        }
+        match policy_from_value(source, &label, value) {
+            Ok(doc) => docs.push(doc),
+            Err(issue) => issues.push(issue),
+        }
+    }
+    (docs, issues)
+}
+
+/// Reads one policy object (from a file or the API server). `label` names it in errors when it
+/// has no usable kind and name.
+pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<PolicyDoc, Issue> {
+    let issue = |policy: &str, path: &str, message: String| Issue {
+        source: source.to_owned(),
+        policy: policy.to_owned(),
+        path: path.to_owned(),
+        message,
+    };
+    let Value::Object(mut object) = value else {
+        return Err(issue(label, "-", "not a YAML mapping".to_owned()));
+    };
+    let kind = object
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let api_version = object
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if kind != "ClusterStepPolicy" && kind != "StepPolicy" {
+        return Err(issue(
+            label,
+            "kind",
+            format!(
+                "kind {kind:?} is not a bookend policy (expected ClusterStepPolicy or StepPolicy)"
+            ),
+        ));
+    }
+    if api_version != API_VERSION {
+        return Err(issue(
+            label,
+            "apiVersion",
+            format!("apiVersion {api_version:?} is not supported; use {API_VERSION:?}"),
+        ));
+    }
+    let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
+    let name = meta
+        .get("name")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    if name.is_empty() {
+        return Err(issue(
+            &format!("{kind} ({label})"),
+            "metadata.name",
+            "missing field(s): a policy needs a name".to_owned(),
+        ));
+    }
+    let namespace = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty());
+    let id = match (kind.as_str(), namespace) {
+        ("ClusterStepPolicy", _) => PolicyId::Cluster { name },
+        (_, Some(ns)) => PolicyId::Namespaced {
+            namespace: ns.to_owned(),
+            name,
+        },
+        (_, None) => {
+            return Err(issue(
+                &format!("StepPolicy/{name}"),
+                "metadata.namespace",
+                "missing field(s): a StepPolicy applies to its own namespace, so it needs one"
+                    .to_owned(),
+            ));
+        }
+    };
+    let spec_value = object.remove("spec").unwrap_or(Value::Object(Default::default()));
+    let spec: StepPolicySpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." {
+            "spec".to_owned()
+        } else {
+            format!("spec.{path}")
+        };
+        issue(&id.to_string(), &path, e.into_inner().to_string())
+    })?;
+    let resource_version = meta
+        .get("resourceVersion")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    Ok(PolicyDoc {
+        id,
+        spec,
+        source: source.to_owned(),
+        resource_version,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn multi_document_yaml_with_lists() {
+        let text = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: a}
+spec: {priority: 5}
+---
+---
+apiVersion: v1
+kind: List
+items:
+- apiVersion: bookend.dev/v1alpha1
+  kind: StepPolicy
+  metadata: {name: b, namespace: team-a}
+"#;
+        let (docs, issues) = parse_policies("p.yaml", text);
+        assert!(issues.is_empty(), "{issues:?}");
+        assert_eq!(docs.len(), 2);
+        assert_eq!(docs[0].id, PolicyId::Cluster { name: "a".into() });
+        assert_eq!(docs[0].spec.priority, 5);
+        assert_eq!(docs[1].id.to_string(), "StepPolicy/team-a/b");
+    }
+
+    #[test]
+    fn errors_name_file_policy_and_field() {
+        let text = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: creds}
+spec:
+  preSteps:
+  - name: bookend-creds
+    imagee: alpine
+"#;
+        let (docs, issues) = parse_policies("policies/creds.yaml", text);
+        assert!(docs.is_empty());
+        let line = issues[0].to_string();
+        assert!(
+            line.starts_with(
+                "policies/creds.yaml: ClusterStepPolicy/creds: spec.preSteps[0].imagee: unknown field `imagee`"
+            ),
+            "{line}"
+        );
+        let (_, issues) = parse_policies(
+            "x.yaml",
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: m}\nspec: {mode: Enforced}\n",
+        );
+        assert!(issues[0].to_string().starts_with("x.yaml: ClusterStepPolicy/m: spec.mode: unknown variant `Enforced`"), "{}", issues[0]);
+    }
+
+    #[test]
+    fn wrong_kinds_versions_and_missing_identity() {
+        let (_, issues) = parse_policies("x.yaml", "apiVersion: v1\nkind: ConfigMap\n");
+        assert!(issues[0].message.contains("not a bookend policy"));
+        let (_, issues) = parse_policies(
+            "x.yaml",
+            "apiVersion: bookend.dev/v1\nkind: StepPolicy\nmetadata: {name: a, namespace: b}\n",
+        );
+        assert_eq!(issues[0].path, "apiVersion");
+        let (_, issues) = parse_policies(
+            "x.yaml",
+            "apiVersion: bookend.dev/v1alpha1\nkind: StepPolicy\nmetadata: {name: a}\n",
+        );
+        assert_eq!(issues[0].path, "metadata.namespace");
+        let (_, issues) = parse_policies("x.yaml", "key: [unclosed\n");
+        assert!(issues[0].message.starts_with("invalid YAML"));
+        let (_, issues) = parse_policies("x.yaml", "- a\n- b\n");
+        assert!(issues[0].message.contains("not a YAML mapping"));
+    }
+
+    #[test]
+    fn directories_are_read_recursively_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = |name: &str| {
+            format!("apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: {name}}}\n")
+        };
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("b.yaml"), policy("b")).unwrap();
+        std::fs::write(dir.path().join("a.yml"), policy("a")).unwrap();
+        std::fs::write(dir.path().join("sub/c.json"), r#"{"apiVersion":"bookend.dev/v1alpha1","kind":"ClusterStepPolicy","metadata":{"name":"c"}}"#).unwrap();
+        std::fs::write(dir.path().join("README.md"), "not yaml").unwrap();
+        std::fs::write(dir.path().join(".hidden.yaml"), "broken: [").unwrap();
+        let (docs, issues) = load_paths(&[dir.path().to_owned()]);
+        assert!(issues.is_empty(), "{issues:?}");
+        let names: Vec<_> = docs.iter().map(|d| d.id.name().to_owned()).collect();
+        assert_eq!(names, ["a", "b", "c"]);
+        let (_, issues) = load_paths(&[dir.path().join("missing")]);
+        assert!(issues[0].message.starts_with("cannot read"));
+    }
+}

@@ -1,0 +1,658 @@
+//! Matching: namespace globs, label selectors and origin, compiled once when a policy loads.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+
+use super::api::{Criteria, OriginMatch};
+use crate::tekton::Origin;
+
+/// Labels as a sorted map.
+pub type Labels = BTreeMap<String, String>;
+
+/// What matching looks at: the TaskRun's namespace, its namespace's labels, its own labels and
+/// its origin.
+#[derive(Clone, Debug)]
+pub struct Subject<'a> {
+    pub namespace: &'a str,
+    /// Labels of the namespace (`kubernetes.io/metadata.name` is implied, as Kubernetes sets it
+    /// on every namespace).
+    pub namespace_labels: &'a Labels,
+    pub labels: &'a Labels,
+    pub origin: Origin,
+}
+
+// === impl Glob ===
+
+/// A shell-style glob on namespace names: `*`, `?`, `[abc]`, `[a-z]`, `[!a-z]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Glob {
+    pattern: String,
+    tokens: Vec<Token>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Token {
+    Literal(char),
+    AnyRun,
+    AnyOne,
+    Class {
+        negated: bool,
+        ranges: Vec<(char, char)>,
+    },
+}
+
+impl Glob {
+    /// Compiles `pattern`; the error says what is wrong with it.
+    pub fn new(pattern: &str) -> Result<Self, String> {
+        if pattern.is_empty() {
+            return Err("empty glob".to_owned());
+        }
+        let mut tokens = Vec::new();
+        let mut chars = pattern.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '*' => {
+                    if tokens.last() != Some(&Token::AnyRun) {
+                        tokens.push(Token::AnyRun);
+                    }
+                }
+                '?' => tokens.push(Token::AnyOne),
+                '[' => {
+                    let negated = matches!(chars.peek(), Some('!' | '^'));
+                    if negated {
+                        chars.next();
+                    }
+                    let mut ranges = Vec::new();
+                    let mut closed = false;
+                    while let Some(c) = chars.next() {
+                        if c == ']' && !ranges.is_empty() {
+                            closed = true;
+                            break;
+                        }
+                        if chars.peek() == Some(&'-') {
+                            chars.next();
+                            match chars.next() {
+                                Some(']') => {
+                                    ranges.push((c, c));
+                                    ranges.push(('-', '-'));
+                                    closed = true;
+                                    break;
+                                }
+                                Some(end) if end >= c => ranges.push((c, end)),
+                                Some(end) => {
+                                    return Err(format!(
+                                        "invalid range {c}-{end} in glob {pattern:?}"
+                                    ));
+                                }
+                                None => break,
+                            }
+                        } else {
+                            ranges.push((c, c));
+                        }
+                    }
+                    if !closed {
+                        return Err(format!("unclosed [ in glob {pattern:?}"));
+                    }
+                    tokens.push(Token::Class { negated, ranges });
+                }
+                ']' => return Err(format!("unmatched ] in glob {pattern:?}")),
+                other => tokens.push(Token::Literal(other)),
+            }
+        }
+        Ok(Self {
+            pattern: pattern.to_owned(),
+            tokens,
+        })
+    }
+
+    /// The pattern as written.
+    pub fn as_str(&self) -> &str {
+        &self.pattern
+    }
+
+    /// The literal text when the glob has no wildcard.
+    pub fn literal(&self) -> Option<String> {
+        self.tokens
+            .iter()
+            .map(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether `text` matches the whole glob.
+    pub fn matches(&self, text: &str) -> bool {
+        let text: Vec<char> = text.chars().collect();
+        // Iterative matcher with single-star backtracking: linear for the patterns people write.
+        let (mut t, mut p) = (0, 0);
+        let mut star: Option<(usize, usize)> = None;
+        while t < text.len() {
+            match self.tokens.get(p) {
+                Some(Token::AnyRun) => {
+                    star = Some((p, t));
+                    p += 1;
+                    continue;
+                }
+                Some(token) if token.matches_char(text[t]) => {
+                    t += 1;
+                    p += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            }
+        }
+        self.tokens[p..].iter().all(|t| *t == Token::AnyRun)
+    }
+}
+
+impl Token {
+    fn matches_char(&self, c: char) -> bool {
+        match self {
+            Token::Literal(l) => *l == c,
+            Token::AnyOne => true,
+            Token::AnyRun => false,
+            Token::Class { negated, ranges } => {
+                ranges.iter().any(|(lo, hi)| (*lo..=*hi).contains(&c)) != *negated
+            }
+        }
+    }
+}
+
+impl fmt::Display for Glob {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.pattern)
+    }
+}
+
+// === impl Selector ===
+
+/// A compiled Kubernetes LabelSelector (matchLabels and matchExpressions, ANDed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    requirements: Vec<Requirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    Equals(String, String),
+    In(String, Vec<String>),
+    NotIn(String, Vec<String>),
+    Exists(String),
+    DoesNotExist(String),
+}
+
+/// A problem in a label selector, with the field path below the selector.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelectorError {
+    pub path: String,
+    pub message: String,
+}
+
+impl Selector {
+    /// Compiles and checks a LabelSelector as the API server would.
+    pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
+        let err = |path: String, message: String| SelectorError { path, message };
+        let mut requirements = Vec::new();
+        for (key, value) in selector.match_labels.iter().flatten() {
+            let path = format!("matchLabels[{key}]");
+            check_label_key(key).map_err(|m| err(path.clone(), m))?;
+            check_label_value(value).map_err(|m| err(path.clone(), m))?;
+            requirements.push(Requirement::Equals(key.clone(), value.clone()));
+        }
+        for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
+            let path = format!("matchExpressions[{i}]");
+            check_label_key(&expr.key).map_err(|m| err(format!("{path}.key"), m))?;
+            let values = expr.values.clone().unwrap_or_default();
+            for (j, v) in values.iter().enumerate() {
+                check_label_value(v).map_err(|m| err(format!("{path}.values[{j}]"), m))?;
+            }
+            let key = expr.key.clone();
+            let requirement = match expr.operator.as_str() {
+                "In" | "NotIn" if values.is_empty() => {
+                    return Err(err(
+                        format!("{path}.values"),
+                        format!("operator {} needs at least one value", expr.operator),
+                    ));
+                }
+                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                    return Err(err(
+                        format!("{path}.values"),
+                        format!("operator {} takes no values", expr.operator),
+                    ));
+                }
+                "In" => Requirement::In(key, values),
+                "NotIn" => Requirement::NotIn(key, values),
+                "Exists" => Requirement::Exists(key),
+                "DoesNotExist" => Requirement::DoesNotExist(key),
+                other => {
+                    return Err(err(
+                        format!("{path}.operator"),
+                        format!(
+                            "unknown operator {other:?}; use In, NotIn, Exists or DoesNotExist"
+                        ),
+                    ));
+                }
+            };
+            requirements.push(requirement);
+        }
+        Ok(Self { requirements })
+    }
+
+    /// True for `{}`, which selects everything.
+    pub fn is_empty(&self) -> bool {
+        self.requirements.is_empty()
+    }
+
+    /// `Ok(())` when `labels` satisfy every requirement, else the first one that fails.
+    pub fn check(&self, labels: &Labels) -> Result<(), String> {
+        for r in &self.requirements {
+            let ok = match r {
+                Requirement::Equals(k, v) => labels.get(k) == Some(v),
+                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
+                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
+                Requirement::Exists(k) => labels.contains_key(k),
+                Requirement::DoesNotExist(k) => !labels.contains_key(k),
+            };
+            if !ok {
+                return Err(r.describe_failure(labels));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Requirement {
+    fn describe_failure(&self, labels: &Labels) -> String {
+        let actual = |k: &str| match labels.get(k) {
+            Some(v) => format!("{k}={v}"),
+            None => format!("{k} is not set"),
+        };
+        match self {
+            Requirement::Equals(k, v) => format!("needs {k}={v}, but {}", actual(k)),
+            Requirement::In(k, vs) => format!("needs {k} in ({}), but {}", vs.join(","), actual(k)),
+            Requirement::NotIn(k, vs) => {
+                format!("needs {k} not in ({}), but {}", vs.join(","), actual(k))
+            }
+            Requirement::Exists(k) => format!("needs label {k}, which is not set"),
+            Requirement::DoesNotExist(k) => format!("needs no label {k}, but {}", actual(k)),
+        }
+    }
+}
+
+fn check_label_key(key: &str) -> Result<(), String> {
+    let (prefix, name) = match key.rsplit_once('/') {
+        Some((p, n)) => (Some(p), n),
+        None => (None, key),
+    };
+    if let Some(p) = prefix
+        && (p.is_empty() || p.len() > 253 || !p.split('.').all(is_dns_label))
+    {
+        return Err(format!(
+            "invalid label key {key:?}: the prefix must be a DNS subdomain"
+        ));
+    }
+    if !is_qualified_name_part(name) {
+        return Err(format!(
+            "invalid label key {key:?}: the name must be at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
+        ));
+    }
+    Ok(())
+}
+
+fn check_label_value(value: &str) -> Result<(), String> {
+    if value.is_empty() || is_qualified_name_part(value) {
+        Ok(())
+    } else {
+        Err(format!(
+            "invalid label value {value:?}: at most 63 characters of [A-Za-z0-9-_.], starting and ending alphanumeric"
+        ))
+    }
+}
+
+fn is_qualified_name_part(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && s.ends_with(|c: char| c.is_ascii_alphanumeric())
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Whether `s` is a DNS-1123 label (lowercase alphanumerics and `-`, at most 63 characters).
+pub fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.starts_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.ends_with(|c: char| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && s.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+}
+
+// === impl Matcher ===
+
+/// Compiled [`Criteria`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Matcher {
+    pub namespaces: Vec<Glob>,
+    pub namespace_selector: Option<Selector>,
+    pub selector: Option<Selector>,
+    pub origin: OriginMatch,
+}
+
+/// A criteria problem: the field path below the criteria and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CriteriaError {
+    pub path: String,
+    pub message: String,
+}
+
+impl Matcher {
+    /// Compiles criteria; errors carry paths relative to the criteria object.
+    pub fn new(criteria: &Criteria) -> Result<Self, Vec<CriteriaError>> {
+        let mut errors = Vec::new();
+        let mut namespaces = Vec::new();
+        for (i, pattern) in criteria.namespaces.iter().enumerate() {
+            match Glob::new(pattern) {
+                Ok(g) => namespaces.push(g),
+                Err(message) => errors.push(CriteriaError {
+                    path: format!("namespaces[{i}]"),
+                    message,
+                }),
+            }
+        }
+        let mut compile = |field: &str, s: &Option<LabelSelector>| {
+            s.as_ref().and_then(|s| match Selector::new(s) {
+                Ok(s) => Some(s),
+                Err(e) => {
+                    errors.push(CriteriaError {
+                        path: format!("{field}.{}", e.path),
+                        message: e.message,
+                    });
+                    None
+                }
+            })
+        };
+        let namespace_selector = compile("namespaceSelector", &criteria.namespace_selector);
+        let selector = compile("selector", &criteria.selector);
+        if !errors.is_empty() {
+            return Err(errors);
+        }
+        Ok(Self {
+            namespaces,
+            namespace_selector,
+            selector,
+            origin: criteria.origin.unwrap_or_default(),
+        })
+    }
+
+    /// Match semantics: every criterion given must hold. `Ok` carries why it matched.
+    pub fn check_all(&self, subject: &Subject<'_>) -> Result<String, String> {
+        let mut why = Vec::new();
+        if !self.namespaces.is_empty() {
+            match self.namespaces.iter().find(|g| g.matches(subject.namespace)) {
+                Some(g) => why.push(format!("namespace {} matches {g}", subject.namespace)),
+                None => {
+                    return Err(format!(
+                        "namespace {} matches none of [{}]",
+                        subject.namespace,
+                        self.globs()
+                    ));
+                }
+            }
+        }
+        if let Some(s) = &self.namespace_selector {
+            s.check(&namespace_labels(subject))
+                .map_err(|e| format!("namespaceSelector: {e}"))?;
+            why.push("namespaceSelector holds".to_owned());
+        }
+        if let Some(s) = &self.selector {
+            s.check(subject.labels)
+                .map_err(|e| format!("selector: {e}"))?;
+            why.push("selector holds".to_owned());
+        }
+        if !origin_holds(self.origin, subject.origin) {
+            return Err(format!(
+                "origin is {:?}, policy wants {:?}",
+                subject.origin, self.origin
+            ));
+        }
+        if self.origin != OriginMatch::Any {
+            why.push(format!("origin {:?}", self.origin));
+        }
+        if why.is_empty() {
+            why.push("no match criteria: all TaskRuns".to_owned());
+        }
+        Ok(why.join(", "))
+    }
+
+    /// Exclude semantics: `Some(reason)` when any criterion given holds.
+    pub fn check_any(&self, subject: &Subject<'_>) -> Option<String> {
+        if let Some(g) = self.namespaces.iter().find(|g| g.matches(subject.namespace)) {
+            return Some(format!("excluded: namespace {} matches {g}", subject.namespace));
+        }
+        if let Some(s) = &self.namespace_selector
+            && s.check(&namespace_labels(subject)).is_ok()
+        {
+            return Some("excluded: namespaceSelector holds".to_owned());
+        }
+        if let Some(s) = &self.selector
+            && s.check(subject.labels).is_ok()
+        {
+            return Some("excluded: selector holds".to_owned());
+        }
+        if self.origin != OriginMatch::Any && origin_holds(self.origin, subject.origin) {
+            return Some(format!("excluded: origin is {:?}", subject.origin));
+        }
+        None
+    }
+
+    fn globs(&self) -> String {
+        self.namespaces
+            .iter()
+            .map(Glob::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn origin_holds(wanted: OriginMatch, actual: Origin) -> bool {
+    match wanted {
+        OriginMatch::Any => true,
+        OriginMatch::Standalone => actual == Origin::Standalone,
+        OriginMatch::Pipeline => actual == Origin::Pipeline,
+    }
+}
+
+fn namespace_labels(subject: &Subject<'_>) -> Labels {
+    let mut labels = subject.namespace_labels.clone();
+    labels
+        .entry("kubernetes.io/metadata.name".to_owned())
+        .or_insert_with(|| subject.namespace.to_owned());
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelectorRequirement;
+
+    fn labels(pairs: &[(&str, &str)]) -> Labels {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect()
+    }
+
+    #[test]
+    fn globs_match_like_a_shell() {
+        let g = |p: &str| Glob::new(p).unwrap();
+        assert!(g("team-*").matches("team-a"));
+        assert!(g("team-*").matches("team-"));
+        assert!(!g("team-*").matches("teams-a"));
+        assert!(g("*-prod").matches("payments-prod"));
+        assert!(!g("*-prod").matches("payments-prod2"));
+        assert!(g("a*b*c").matches("aXXbYYc"));
+        assert!(!g("a*b*c").matches("aXXbYY"));
+        assert!(g("ns-?").matches("ns-1"));
+        assert!(!g("ns-?").matches("ns-12"));
+        assert!(g("ns-[0-9]").matches("ns-7"));
+        assert!(!g("ns-[!0-9]").matches("ns-7"));
+        assert!(g("ns-[ab-]").matches("ns--"));
+        assert!(g("*").matches(""));
+        assert!(g("exact").matches("exact"));
+        assert!(!g("exact").matches("exactly"));
+        assert_eq!(g("exact").literal().as_deref(), Some("exact"));
+        assert_eq!(g("team-*").literal(), None);
+    }
+
+    #[test]
+    fn invalid_globs_are_errors() {
+        assert!(Glob::new("").is_err());
+        assert!(Glob::new("team-[a").unwrap_err().contains("unclosed"));
+        assert!(Glob::new("team-]").unwrap_err().contains("unmatched"));
+        assert!(Glob::new("ns-[z-a]").unwrap_err().contains("invalid range"));
+    }
+
+    fn selector(labels: &[(&str, &str)], exprs: &[(&str, &str, &[&str])]) -> LabelSelector {
+        LabelSelector {
+            match_labels: (!labels.is_empty()).then(|| {
+                labels
+                    .iter()
+                    .map(|(k, v)| ((*k).into(), (*v).into()))
+                    .collect()
+            }),
+            match_expressions: (!exprs.is_empty()).then(|| {
+                exprs
+                    .iter()
+                    .map(|(k, op, vs)| LabelSelectorRequirement {
+                        key: (*k).into(),
+                        operator: (*op).into(),
+                        values: (!vs.is_empty())
+                            .then(|| vs.iter().map(|v| (*v).to_owned()).collect()),
+                    })
+                    .collect()
+            }),
+        }
+    }
+
+    #[test]
+    fn label_selectors_have_kubernetes_semantics() {
+        let s = Selector::new(&selector(
+            &[("team", "a")],
+            &[
+                ("tier", "In", &["gold", "silver"]),
+                ("env", "NotIn", &["dev"]),
+                ("owner", "Exists", &[]),
+                ("skip", "DoesNotExist", &[]),
+            ],
+        ))
+        .unwrap();
+        let good = labels(&[("team", "a"), ("tier", "gold"), ("owner", "x")]);
+        assert!(s.check(&good).is_ok());
+        let mut l = good.clone();
+        l.insert("env".into(), "dev".into());
+        assert!(s.check(&l).unwrap_err().contains("env not in"));
+        let mut l = good.clone();
+        l.insert("skip".into(), "1".into());
+        assert!(s.check(&l).unwrap_err().contains("needs no label skip"));
+        let mut l = good.clone();
+        l.remove("owner");
+        assert!(s.check(&l).is_err());
+        let mut l = good.clone();
+        l.insert("tier".into(), "bronze".into());
+        assert!(s.check(&l).is_err());
+        let mut l = good;
+        l.insert("team".into(), "b".into());
+        assert!(s.check(&l).unwrap_err().contains("team=a"));
+        // NotIn holds when the label is absent, as in Kubernetes.
+        let s = Selector::new(&selector(&[], &[("env", "NotIn", &["dev"])])).unwrap();
+        assert!(s.check(&Labels::new()).is_ok());
+        assert!(Selector::new(&LabelSelector::default()).unwrap().is_empty());
+    }
+
+    #[test]
+    fn malformed_selectors_name_the_field() {
+        let e = Selector::new(&selector(&[], &[("a", "In", &[])])).unwrap_err();
+        assert_eq!(e.path, "matchExpressions[0].values");
+        let e = Selector::new(&selector(&[], &[("a", "Exists", &["x"])])).unwrap_err();
+        assert_eq!(e.path, "matchExpressions[0].values");
+        let e = Selector::new(&selector(&[], &[("a", "Equals", &["x"])])).unwrap_err();
+        assert_eq!(e.path, "matchExpressions[0].operator");
+        let e = Selector::new(&selector(&[("bad key!", "x")], &[])).unwrap_err();
+        assert!(e.path.starts_with("matchLabels"));
+        let e = Selector::new(&selector(&[("k", "bad value!")], &[])).unwrap_err();
+        assert!(e.message.contains("label value"));
+        assert!(Selector::new(&selector(&[("example.com/team", "a")], &[])).is_ok());
+        assert!(Selector::new(&selector(&[("Bad_Prefix/team", "a")], &[])).is_err());
+    }
+
+    fn subject<'a>(ns: &'a str, ns_labels: &'a Labels, labels: &'a Labels, origin: Origin) -> Subject<'a> {
+        Subject {
+            namespace: ns,
+            namespace_labels: ns_labels,
+            labels,
+            origin,
+        }
+    }
+
+    #[test]
+    fn match_needs_every_criterion_exclude_needs_any() {
+        let criteria = Criteria {
+            namespaces: vec!["team-*".into()],
+            namespace_selector: Some(selector(&[("tier", "gold")], &[])),
+            selector: None,
+            origin: Some(OriginMatch::Pipeline),
+        };
+        let m = Matcher::new(&criteria).unwrap();
+        let gold = labels(&[("tier", "gold")]);
+        let none = Labels::new();
+        assert!(m.check_all(&subject("team-a", &gold, &none, Origin::Pipeline)).is_ok());
+        assert!(m.check_all(&subject("ops", &gold, &none, Origin::Pipeline)).is_err());
+        assert!(m.check_all(&subject("team-a", &none, &none, Origin::Pipeline)).is_err());
+        let e = m.check_all(&subject("team-a", &gold, &none, Origin::Standalone)).unwrap_err();
+        assert!(e.contains("origin"), "{e}");
+
+        assert!(m.check_any(&subject("ops", &none, &none, Origin::Standalone)).is_none());
+        assert!(m.check_any(&subject("team-x", &none, &none, Origin::Standalone)).is_some());
+        assert!(m.check_any(&subject("ops", &gold, &none, Origin::Standalone)).is_some());
+        assert!(m.check_any(&subject("ops", &none, &none, Origin::Pipeline)).is_some());
+
+        let empty = Matcher::new(&Criteria::default()).unwrap();
+        assert!(empty.check_all(&subject("x", &none, &none, Origin::Standalone)).is_ok());
+        assert!(empty.check_any(&subject("x", &none, &none, Origin::Standalone)).is_none());
+    }
+
+    #[test]
+    fn namespace_selector_sees_the_implied_name_label() {
+        let m = Matcher::new(&Criteria {
+            namespace_selector: Some(selector(&[("kubernetes.io/metadata.name", "team-a")], &[])),
+            ..Criteria::default()
+        })
+        .unwrap();
+        let none = Labels::new();
+        assert!(m.check_all(&subject("team-a", &none, &none, Origin::Standalone)).is_ok());
+        assert!(m.check_all(&subject("team-b", &none, &none, Origin::Standalone)).is_err());
+    }
+
+    #[test]
+    fn dns_labels() {
+        assert!(is_dns_label("bookend-creds"));
+        assert!(is_dns_label("a1"));
+        assert!(!is_dns_label("Bookend"));
+        assert!(!is_dns_label("-a"));
+        assert!(!is_dns_label("a-"));
+        assert!(!is_dns_label("a_b"));
+        assert!(!is_dns_label(&"a".repeat(64)));
+    }
+}
