@@ -34,6 +34,11 @@ ETCD_VERSION=$(modver "$K8SBINS" go.etcd.io/etcd/server/v3)
 TEKTON_VERSION=$(modver "$TVDIR" github.com/tektoncd/pipeline)
 BIN="$E2E_DIR/bin/$K8S_VERSION"
 mkdir -p "$BIN"
+# one build at a time (e.g. two test binaries calling this script concurrently)
+if command -v flock >/dev/null; then
+  exec 9>"$E2E_DIR/bin/.lock"
+  flock 9
+fi
 ln -sfn "$K8S_VERSION" "$E2E_DIR/bin/current"
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
