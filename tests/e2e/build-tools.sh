@@ -91,7 +91,10 @@ build tekton-validate "$TVDIR"   .                                     "-s -w"
 #     Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster. With None the
 #     apiserver only rewrites apiVersion, v1beta1-only fields are NOT converted: send tekton.dev/v1.
 CRDS="$BIN/crds"
-if wanted crds; then
+if wanted crds && [[ $FORCE != 1 && -f $CRDS/TEKTON_VERSION && $(cat "$CRDS/TEKTON_VERSION") == "$TEKTON_VERSION" \
+  && -f $CRDS/300-taskrun.yaml && -f $CRDS/300-task.yaml && -f $CRDS/300-stepaction.yaml ]]; then
+  echo "build-tools: crds: up to date, skipped ($CRDS)"
+elif wanted crds; then
   t0=$SECONDS
   moddir=$(cd "$TVDIR" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
