@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Serving certificate for bookend without cert-manager: `bookend certs` makes a private CA and a
-# certificate for the Service, this script stores them in the Secret `bookend-tls` and puts the
-# CA into `caBundle` of every webhook in the `bookend.dev` webhook configurations.
+# Serving certificate for bookend without cert-manager: `bookend certs --host
+# bookend.bookend-system.svc --host bookend.bookend-system.svc.cluster.local` makes a private CA
+# and a certificate for the Service, this script stores them in the Secret `bookend-tls` and puts
+# the CA into `caBundle` of every webhook in the `bookend.dev` webhook configurations.
 #
 # Usage: certs/install-dev-certs.sh [MODE] [OPTIONS]
 #
