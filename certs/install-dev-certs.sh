@@ -7,9 +7,10 @@
 # Usage: certs/install-dev-certs.sh [MODE] [OPTIONS]
 #
 # Modes:
-#   (none)          Install or repair. Creates the Secret when it is missing; in every case makes
-#                   sure every webhook trusts the Secret's CA (run it again after re-creating the
-#                   webhook configurations). CAs already in the bundle are kept.
+#   (none)          Install or repair. Creates the Secret when it is missing; makes sure every
+#                   webhook trusts the Secret's CA (run it again after re-creating the webhook
+#                   configurations). CAs already in the bundle are kept. Without the webhook
+#                   configurations (staged install) it only creates the Secret.
 #   --rotate        New CA and serving certificate, without a failed request:
 #                     1. caBundle := old CA(s) + new CA   (the API server trusts both)
 #                     2. Secret   := new certificate      (pods reload it within ~1-2 minutes)
@@ -118,13 +119,12 @@ check_bundle() { # $1 = bundle PEM, $2 = serving certificate PEM
     die "refusing a caBundle that does not verify the serving certificate $2"
 }
 
-# The webhook configurations must exist (kubectl apply -k deploy/ first) and must not be managed
-# by cert-manager's cainjector, which would overwrite whatever this script writes.
+# The webhook configurations must not be managed by cert-manager's cainjector, which would
+# overwrite whatever this script writes. Returns 1 when they do not exist (yet).
 check_configs() {
   local kind ann
   for kind in "${KINDS[@]}"; do
-    k get "$kind" "$CONFIG" >/dev/null ||
-      die "$kind/$CONFIG not found: run kubectl apply -k deploy/ first"
+    k get "$kind" "$CONFIG" >/dev/null 2>&1 || return 1
     ann=$(k get "$kind" "$CONFIG" -o jsonpath='{.metadata.annotations.cert-manager\.io/inject-ca-from}')
     if [[ -n $ann && $FORCE != 1 ]]; then
       die "$kind/$CONFIG is managed by cert-manager (inject-ca-from: $ann); use the cert-manager overlay, or --force"
@@ -231,7 +231,18 @@ pods_serve_secret_cert() {
   return 0
 }
 
-check_configs
+if ! check_configs; then
+  # A staged install creates the Secret before the webhook configurations (docs/install.md).
+  [[ $MODE == install ]] || die "webhook configurations $CONFIG not found: kubectl apply -k deploy/ first"
+  if secret_exists; then
+    say "secret/$SECRET exists; webhook configurations $CONFIG not found: apply them, then run this again"
+  else
+    generate
+    write_secret
+    say "webhook configurations $CONFIG not found yet: apply them, then run this again to set caBundle"
+  fi
+  exit 0
+fi
 
 case $MODE in
   install)
