@@ -144,7 +144,12 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     let mut summary = Summary::default();
     let parsed: ReviewIn = match serde_json::from_slice(body) {
         Ok(r) => r,
-        Err(e) => return bad_request(summary, format!("request body is not a JSON AdmissionReview: {e}")),
+        Err(e) => {
+            return bad_request(
+                summary,
+                format!("request body is not a JSON AdmissionReview: {e}"),
+            );
+        }
     };
     if parsed.kind != "AdmissionReview" {
         return bad_request(
@@ -174,8 +179,18 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         return bad_request(summary, "request.uid is missing".to_owned());
     }
 
-    let answer = match (endpoint, request.kind.group.as_str(), request.kind.kind.as_str()) {
-        _ if request.sub_resource.as_deref().is_some_and(|s| !s.is_empty()) => Answer::allow(),
+    let answer = match (
+        endpoint,
+        request.kind.group.as_str(),
+        request.kind.kind.as_str(),
+    ) {
+        _ if request
+            .sub_resource
+            .as_deref()
+            .is_some_and(|s| !s.is_empty()) =>
+        {
+            Answer::allow()
+        }
         (_, tekton::GROUP, "TaskRun") if request.operation == "CREATE" => {
             match taskrun(endpoint, &request, set, lookup, &mut summary) {
                 Ok(answer) => answer,
@@ -379,7 +394,10 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
         Err(issue) => return Answer::deny(format!("bookend: {}: {}", issue.path, issue.message)),
     };
     let mut errors = validate::check_spec(&doc.spec, set.settings());
-    for (list, steps) in [("preSteps", &doc.spec.pre_steps), ("postSteps", &doc.spec.post_steps)] {
+    for (list, steps) in [
+        ("preSteps", &doc.spec.pre_steps),
+        ("postSteps", &doc.spec.post_steps),
+    ] {
         for (i, step) in steps.iter().enumerate() {
             if let Some(owner) = set.step_owner(&step.name)
                 && owner.id != doc.id
@@ -401,7 +419,11 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
         .iter()
         .map(|e| format!("{}: {}", e.path, e.message))
         .collect();
-    Answer::deny(format!("bookend: {} is invalid: {}", doc.id, lines.join("; ")))
+    Answer::deny(format!(
+        "bookend: {} is invalid: {}",
+        doc.id,
+        lines.join("; ")
+    ))
 }
 
 fn bad_request(mut summary: Summary, reason: String) -> Reply {

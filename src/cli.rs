@@ -130,7 +130,11 @@ pub fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => {
             let _ = e.print();
-            return ExitCode::from(if e.use_stderr() { exit::USAGE } else { exit::OK });
+            return ExitCode::from(if e.use_stderr() {
+                exit::USAGE
+            } else {
+                exit::OK
+            });
         }
     };
     match cli.command {
@@ -139,7 +143,9 @@ pub fn main() -> ExitCode {
         Command::Validate(args) => ExitCode::from(validate(&args)),
         Command::Certs(args) => crate::certs::main(&args),
         Command::Crds => {
-            print!("{}", crate::policy::api::crds_yaml());
+            let yaml = crate::policy::api::crds_yaml();
+            // A closed pipe (`bookend crds | head`) is not an error worth a panic.
+            let _ = std::io::stdout().lock().write_all(yaml.as_bytes());
             ExitCode::SUCCESS
         }
     }
@@ -151,7 +157,11 @@ fn validate(args: &ValidateArgs) -> u8 {
     let (set, build_issues) = PolicySet::build(docs, args.engine.settings());
     issues.extend(build_issues);
     if issues.is_empty() {
-        println!("valid: {} {}", set.len(), plural(set.len(), "policy", "policies"));
+        println!(
+            "valid: {} {}",
+            set.len(),
+            plural(set.len(), "policy", "policies")
+        );
         exit::OK
     } else {
         for issue in &issues {

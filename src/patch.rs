@@ -86,7 +86,11 @@ fn keys(items: &[Value]) -> Option<Vec<(bool, String)>> {
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         let obj = item.as_object()?;
-        match obj.get("name").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        match obj
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             Some(name) => out.push((true, name.to_owned())),
             None => {
                 out.push((false, unnamed.to_string()));

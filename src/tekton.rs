@@ -307,12 +307,16 @@ mod tests {
 
     #[test]
     fn views_only_tekton_taskruns() {
-        assert!(TaskRunView::new(&json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"})).is_some());
+        assert!(
+            TaskRunView::new(&json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"})).is_some()
+        );
         assert!(
             TaskRunView::new(&json!({"apiVersion": "tekton.dev/v1beta1", "kind": "TaskRun"}))
                 .is_some()
         );
-        assert!(TaskRunView::new(&json!({"apiVersion": "tekton.dev/v1", "kind": "Task"})).is_none());
+        assert!(
+            TaskRunView::new(&json!({"apiVersion": "tekton.dev/v1", "kind": "Task"})).is_none()
+        );
         assert!(TaskRunView::new(&json!({"apiVersion": "v1", "kind": "TaskRun"})).is_none());
         assert!(TaskRunView::new(&json!("TaskRun")).is_none());
     }
@@ -326,19 +330,27 @@ mod tests {
         assert_eq!(src(json!({"taskSpec": {"steps": []}})), TaskSource::Inline);
         assert_eq!(
             src(json!({"taskRef": {"name": "build"}})),
-            TaskSource::LocalRef { name: "build".into() }
+            TaskSource::LocalRef {
+                name: "build".into()
+            }
         );
         assert_eq!(
             src(json!({"taskRef": {"resolver": "git", "params": []}})),
-            TaskSource::RemoteRef { resolver: "git".into() }
+            TaskSource::RemoteRef {
+                resolver: "git".into()
+            }
         );
         assert_eq!(
             src(json!({"taskRef": {"name": "x", "bundle": "reg/x:1"}})),
-            TaskSource::RemoteRef { resolver: "bundle".into() }
+            TaskSource::RemoteRef {
+                resolver: "bundle".into()
+            }
         );
         assert_eq!(
             src(json!({"taskRef": {"apiVersion": "example.dev/v1", "kind": "Wait"}})),
-            TaskSource::CustomTask { kind: "Wait".into() }
+            TaskSource::CustomTask {
+                kind: "Wait".into()
+            }
         );
         assert_eq!(src(json!({})), TaskSource::Missing);
     }
@@ -351,7 +363,10 @@ mod tests {
             TaskRunView::new(&obj).unwrap().origin()
         };
         assert_eq!(with_owner("PipelineRun", "tekton.dev/v1"), Origin::Pipeline);
-        assert_eq!(with_owner("PipelineRun", "example.dev/v1"), Origin::Standalone);
+        assert_eq!(
+            with_owner("PipelineRun", "example.dev/v1"),
+            Origin::Standalone
+        );
         assert_eq!(with_owner("Job", "batch/v1"), Origin::Standalone);
     }
 
@@ -372,7 +387,10 @@ mod tests {
         let a = json!({"name": "x", "image": "i", "computeResources": {}, "args": [], "env": null});
         let b = json!({"image": "i", "name": "x"});
         assert_eq!(normalized(&a), normalized(&b));
-        assert_ne!(normalized(&a), normalized(&json!({"name": "x", "image": "j"})));
+        assert_ne!(
+            normalized(&a),
+            normalized(&json!({"name": "x", "image": "j"}))
+        );
     }
 
     #[test]

@@ -1,1 +1,348 @@
 use super::*;
+use crate::engine::Catalog;
+use crate::policy::Settings;
+use crate::policy::load::parse_policies;
+use serde_json::json;
+
+fn set() -> PolicySet {
+    let (docs, issues) = parse_policies(
+        "t.yaml",
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: creds}
+spec:
+  preSteps: [{name: bookend-creds, image: alpine}]
+"#,
+    );
+    assert!(issues.is_empty());
+    PolicySet::build(docs, Settings::default()).0
+}
+
+fn review_body(operation: &str, object: Value, dry_run: bool) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "tekton.dev", "version": "v1", "kind": "TaskRun"},
+            "resource": {"group": "tekton.dev", "version": "v1", "resource": "taskruns"},
+            "namespace": "team-a",
+            "operation": operation,
+            "userInfo": {"username": "alice"},
+            "object": object,
+            "dryRun": dry_run
+        }
+    }))
+    .unwrap()
+}
+
+fn taskrun() -> Value {
+    json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+           "metadata": {"generateName": "x-", "namespace": "team-a"},
+           "spec": {"taskSpec": {"steps": [{"name": "build", "image": "go"}]}}})
+}
+
+fn response(reply: &Reply) -> Value {
+    let v: Value = serde_json::from_slice(&reply.body).unwrap();
+    v["response"].clone()
+}
+
+fn decoded_patch(response: &Value) -> Value {
+    let b64 = response["patch"].as_str().unwrap();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[test]
+fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
+    let reply = review(
+        Endpoint::Mutate,
+        &review_body("CREATE", taskrun(), false),
+        &set(),
+        &Catalog::default(),
+    );
+    assert_eq!(reply.status, 200);
+    let whole: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(whole["apiVersion"], "admission.k8s.io/v1");
+    assert_eq!(whole["kind"], "AdmissionReview");
+    let r = &whole["response"];
+    assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    assert_eq!(r["allowed"], true);
+    assert_eq!(r["patchType"], "JSONPatch");
+    let patch = decoded_patch(r);
+    assert_eq!(patch[1]["path"], "/spec/taskSpec/steps/0");
+    assert_eq!(reply.summary.outcome, "mutated");
+    assert_eq!(
+        reply.summary.injected,
+        vec![("ClusterStepPolicy/creds".to_owned(), 1)]
+    );
+    assert!(
+        r["auditAnnotations"]["injected"]
+            .as_str()
+            .unwrap()
+            .contains("bookend-creds")
+    );
+    assert!(r.get("warnings").is_none(), "no warnings outside dry-run");
+}
+
+#[test]
+fn dry_run_carries_warnings() {
+    let reply = review(
+        Endpoint::Mutate,
+        &review_body("CREATE", taskrun(), true),
+        &set(),
+        &Catalog::default(),
+    );
+    let r = response(&reply);
+    assert!(r["warnings"][0].as_str().unwrap().contains("bookend-creds"));
+    assert!(reply.summary.dry_run);
+}
+
+#[test]
+fn updates_deletes_and_status_are_allowed_untouched() {
+    for op in ["UPDATE", "DELETE", "CONNECT"] {
+        let reply = review(
+            Endpoint::Mutate,
+            &review_body(op, taskrun(), false),
+            &set(),
+            &Catalog::default(),
+        );
+        let r = response(&reply);
+        assert_eq!(r["allowed"], true, "{op}");
+        assert!(r.get("patch").is_none(), "{op}");
+    }
+    let mut body: Value = serde_json::from_slice(&review_body("CREATE", taskrun(), false)).unwrap();
+    body["request"]["subResource"] = json!("status");
+    let reply = review(
+        Endpoint::Mutate,
+        &serde_json::to_vec(&body).unwrap(),
+        &set(),
+        &Catalog::default(),
+    );
+    assert!(response(&reply).get("patch").is_none());
+}
+
+#[test]
+fn denials_are_200_with_allowed_false_and_code_400() {
+    let mut object = taskrun();
+    object["spec"]["taskSpec"]["steps"][0]["name"] = json!("bookend-sneaky");
+    let reply = review(
+        Endpoint::Mutate,
+        &review_body("CREATE", object, false),
+        &set(),
+        &Catalog::default(),
+    );
+    assert_eq!(reply.status, 200);
+    let r = response(&reply);
+    assert_eq!(r["allowed"], false);
+    assert_eq!(r["status"]["code"], 400);
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("reserved prefix")
+    );
+    assert_eq!(reply.summary.outcome, "denied");
+}
+
+#[test]
+fn malformed_requests_are_400_with_a_reason() {
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (b"not json".to_vec(), "not a JSON AdmissionReview"),
+        (br#"{"apiVersion":"v1","kind":"ConfigMap"}"#.to_vec(), "kind must be AdmissionReview"),
+        (br#"{"apiVersion":"x/v9","kind":"AdmissionReview","request":{}}"#.to_vec(), "apiVersion"),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(), "no request"),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"operation":"CREATE"}}"#.to_vec(), "uid"),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","kind":{"group":"tekton.dev","version":"v1","kind":"TaskRun"}}}"#.to_vec(), "object is missing"),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u","operation":"CREATE","kind":{"group":"tekton.dev","version":"v1","kind":"TaskRun"},"object":{"kind":"Pod"}}}"#.to_vec(), "not a tekton.dev/v1 TaskRun"),
+        (br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":null}"#.to_vec(), "no request"),
+        (br#"[1,2]"#.to_vec(), "not a JSON AdmissionReview"),
+    ];
+    for (body, reason) in cases {
+        let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+        assert_eq!(reply.status, 400, "{}", String::from_utf8_lossy(&body));
+        let v: Value = serde_json::from_slice(&reply.body).unwrap();
+        assert!(
+            v["error"].as_str().unwrap().contains(reason),
+            "{v} should say {reason}"
+        );
+        assert_eq!(reply.summary.outcome, "error");
+    }
+}
+
+#[test]
+fn v1beta1_reviews_are_answered_in_kind() {
+    let mut body: Value = serde_json::from_slice(&review_body("CREATE", taskrun(), false)).unwrap();
+    body["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    let reply = review(
+        Endpoint::Mutate,
+        &serde_json::to_vec(&body).unwrap(),
+        &set(),
+        &Catalog::default(),
+    );
+    let v: Value = serde_json::from_slice(&reply.body).unwrap();
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1beta1");
+}
+
+#[test]
+fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
+    let set = set();
+    let reply = review(
+        Endpoint::Validate,
+        &review_body("CREATE", taskrun(), false),
+        &set,
+        &Catalog::default(),
+    );
+    let r = response(&reply);
+    assert_eq!(r["allowed"], false);
+    let m = r["status"]["message"].as_str().unwrap();
+    assert!(m.contains("ClusterStepPolicy/creds"), "{m}");
+    assert!(
+        m.contains("missing /spec/taskSpec/steps/0 (bookend-creds)"),
+        "{m}"
+    );
+    assert!(
+        r.get("patch").is_none(),
+        "a validating answer never patches"
+    );
+
+    // The same TaskRun after the mutating webhook passes.
+    let mutated = review(
+        Endpoint::Mutate,
+        &review_body("CREATE", taskrun(), false),
+        &set,
+        &Catalog::default(),
+    );
+    let patch: json_patch::Patch =
+        serde_json::from_value(decoded_patch(&response(&mutated))).unwrap();
+    let mut object = taskrun();
+    json_patch::patch(&mut object, &patch).unwrap();
+    let reply = review(
+        Endpoint::Validate,
+        &review_body("CREATE", object.clone(), false),
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(response(&reply)["allowed"], true);
+
+    // An injected step changed after injection is refused.
+    object["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
+    let reply = review(
+        Endpoint::Validate,
+        &review_body("CREATE", object, false),
+        &set,
+        &Catalog::default(),
+    );
+    assert!(
+        response(&reply)["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("differs from its definition")
+    );
+}
+
+fn policy_review(object: Value) -> Vec<u8> {
+    serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "p1", "operation": "CREATE",
+                    "kind": {"group": "bookend.dev", "version": "v1alpha1", "kind": "ClusterStepPolicy"},
+                    "object": object}
+    }))
+    .unwrap()
+}
+
+#[test]
+fn policy_objects_are_validated_with_field_paths() {
+    let bad = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+        "metadata": {"name": "bad"},
+        "spec": {"preSteps": [{"name": "creds", "image": "alpine"}]}});
+    let r = response(&review(
+        Endpoint::Validate,
+        &policy_review(bad),
+        &set(),
+        &Catalog::default(),
+    ));
+    assert_eq!(r["allowed"], false);
+    let m = r["status"]["message"].as_str().unwrap();
+    assert!(
+        m.contains(
+            "spec.preSteps[0].name: step name \"creds\" must start with the reserved prefix"
+        ),
+        "{m}"
+    );
+
+    let clash = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+        "metadata": {"name": "other"},
+        "spec": {"preSteps": [{"name": "bookend-creds", "image": "alpine"}]}});
+    let m = response(&review(
+        Endpoint::Validate,
+        &policy_review(clash),
+        &set(),
+        &Catalog::default(),
+    ))["status"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(m.contains("already used by ClusterStepPolicy/creds"), "{m}");
+
+    // Updating the policy that owns the name is fine.
+    let same = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+        "metadata": {"name": "creds"},
+        "spec": {"preSteps": [{"name": "bookend-creds", "image": "alpine:3"}]}});
+    assert_eq!(
+        response(&review(
+            Endpoint::Validate,
+            &policy_review(same),
+            &set(),
+            &Catalog::default()
+        ))["allowed"],
+        true
+    );
+
+    let typo = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+        "metadata": {"name": "t"}, "spec": {"postStepRun": "Always"}});
+    let m = response(&review(
+        Endpoint::Validate,
+        &policy_review(typo),
+        &set(),
+        &Catalog::default(),
+    ))["status"]["message"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(
+        m.contains("spec.postStepRun") || m.contains("unknown field"),
+        "{m}"
+    );
+}
+
+#[test]
+fn other_resources_are_allowed() {
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "c", "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                    "object": {"apiVersion": "v1", "kind": "ConfigMap"}}
+    }))
+    .unwrap();
+    let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+    assert_eq!(reply.status, 200);
+    assert_eq!(response(&reply)["allowed"], true);
+}
+
+#[test]
+fn the_real_apiserver_sample_is_mutated() {
+    let body = std::fs::read("../shared/samples/admission-review-taskrun-pipeline.json")
+        .expect("the shared sample (../shared/samples) is next to the repository");
+    let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+    assert_eq!(
+        reply.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert_eq!(reply.summary.outcome, "mutated");
+}

@@ -141,10 +141,19 @@ mod tests {
     #[test]
     fn real_differences_remain() {
         let a = json!({"name": "x", "image": "alpine", "timeout": "5m"});
-        assert_ne!(canonical(&a), canonical(&json!({"name": "x", "image": "alpine", "timeout": "6m"})));
-        assert_ne!(canonical(&a), canonical(&json!({"name": "x", "image": "evil", "timeout": "5m"})));
+        assert_ne!(
+            canonical(&a),
+            canonical(&json!({"name": "x", "image": "alpine", "timeout": "6m"}))
+        );
+        assert_ne!(
+            canonical(&a),
+            canonical(&json!({"name": "x", "image": "evil", "timeout": "5m"}))
+        );
         let r = json!({"computeResources": {"limits": {"cpu": "1"}}});
-        assert_ne!(canonical(&r), canonical(&json!({"computeResources": {"limits": {"cpu": "2"}}})));
+        assert_ne!(
+            canonical(&r),
+            canonical(&json!({"computeResources": {"limits": {"cpu": "2"}}}))
+        );
     }
 
     #[test]

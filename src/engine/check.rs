@@ -43,7 +43,9 @@ pub fn check(
                 policy,
                 name,
                 at(i, "name"),
-                format!("step name {name:?} is used twice (steps {first} and {i}); step names must be unique"),
+                format!(
+                    "step name {name:?} is used twice (steps {first} and {i}); step names must be unique"
+                ),
             ));
         } else if let Some(name) = tekton::step_name(step) {
             seen.insert(name, i);
@@ -103,7 +105,11 @@ pub fn check(
                     at(i, &format!("workspaces[{j}].name")),
                     format!(
                         "undefined workspace {ws:?}: the TaskRun's Task declares [{}]; declare it in the Task or narrow the policy's match",
-                        workspaces.iter().map(|(w, _)| w.as_str()).collect::<Vec<_>>().join(", ")
+                        workspaces
+                            .iter()
+                            .map(|(w, _)| w.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ),
                 ));
             }
@@ -130,7 +136,9 @@ pub fn check(
                     policy,
                     &name,
                     at(i, &field),
-                    format!("non-existent variable: the step references {what} {name_ref:?}, but {fix}"),
+                    format!(
+                        "non-existent variable: the step references {what} {name_ref:?}, but {fix}"
+                    ),
                 ));
             }
         }
@@ -192,10 +200,16 @@ fn collect_refs(value: &Value, path: &str, out: &mut Vec<(String, RefKind, Strin
                     .strip_prefix("params[\"")
                     .or_else(|| inner.strip_prefix("params['"))
                 {
-                    let name: String = rest.chars().take_while(|c| !matches!(c, '"' | '\'')).collect();
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| !matches!(c, '"' | '\''))
+                        .collect();
                     out.push((path.to_owned(), RefKind::Param, name));
                 } else if let Some(rest) = inner.strip_prefix("workspaces.") {
-                    let name: String = rest.chars().take_while(|c| *c != '.' && *c != ')').collect();
+                    let name: String = rest
+                        .chars()
+                        .take_while(|c| *c != '.' && *c != ')')
+                        .collect();
                     out.push((path.to_owned(), RefKind::Workspace, name));
                 }
             }
@@ -240,7 +254,15 @@ mod tests {
 
     #[test]
     fn workspace_paths_default_to_workspace_name() {
-        let ws = declared_workspaces(&json!({"workspaces": [{"name": "src"}, {"name": "out", "mountPath": "/out/"}]}));
-        assert_eq!(ws, vec![("src".into(), "/workspace/src".into()), ("out".into(), "/out".into())]);
+        let ws = declared_workspaces(
+            &json!({"workspaces": [{"name": "src"}, {"name": "out", "mountPath": "/out/"}]}),
+        );
+        assert_eq!(
+            ws,
+            vec![
+                ("src".into(), "/workspace/src".into()),
+                ("out".into(), "/out".into())
+            ]
+        );
     }
 }

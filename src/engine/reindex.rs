@@ -53,11 +53,10 @@ fn rewrite_str(s: &str, map: &dyn Fn(usize) -> Option<usize>) -> Option<String> 
                 let digits = after.bytes().take_while(u8::is_ascii_digit).count();
                 // A word character right after the digits means this is not an index
                 // (`/tekton/steps/0abc`); `step-unnamed-` needs a non-word character before it.
-                let boundary_after = !after[digits..]
-                    .starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
+                let boundary_after =
+                    !after[digits..].starts_with(|c: char| c.is_ascii_alphanumeric() || c == '_');
                 let boundary_before = pattern.starts_with('/')
-                    || !out
-                        .ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                    || !out.ends_with(|c: char| c.is_ascii_alphanumeric() || c == '_' || c == '-');
                 if digits > 0 && boundary_after && boundary_before {
                     out.push_str(pattern);
                     let index: Option<usize> = after[..digits].parse().ok();
@@ -116,7 +115,8 @@ mod tests {
 
     #[test]
     fn reverse_mapping_undoes_the_shift() {
-        let original = json!({"script": "cat /tekton/steps/0/exitCode /tekton/run/1/out step-unnamed-1"});
+        let original =
+            json!({"script": "cat /tekton/steps/0/exitCode /tekton/run/1/out step-unnamed-1"});
         let mut step = original.clone();
         rewrite(&mut step, &shift(3));
         rewrite(&mut step, &|i| i.checked_sub(3));
@@ -125,7 +125,11 @@ mod tests {
 
     #[test]
     fn detects_references() {
-        assert!(has_index_reference(&json!({"a": ["x /tekton/steps/0/exitCode"]})));
-        assert!(!has_index_reference(&json!({"a": "/tekton/steps/step-x/exitCode"})));
+        assert!(has_index_reference(
+            &json!({"a": ["x /tekton/steps/0/exitCode"]})
+        ));
+        assert!(!has_index_reference(
+            &json!({"a": "/tekton/steps/step-x/exitCode"})
+        ));
     }
 }

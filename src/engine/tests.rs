@@ -1,1 +1,885 @@
 use super::*;
+use crate::policy::load::parse_policies;
+use crate::policy::{PolicySet, Settings};
+use serde_json::json;
+
+/// A policy set from YAML; panics on any issue (tests write valid policies unless they say so).
+pub(crate) fn policies(yaml: &str) -> PolicySet {
+    let (docs, issues) = parse_policies("test.yaml", yaml);
+    assert!(issues.is_empty(), "{issues:?}");
+    let (set, issues) = PolicySet::build(docs, Settings::default());
+    assert!(issues.is_empty(), "{issues:?}");
+    set
+}
+
+const PRE_POST: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: outer}
+spec:
+  priority: 1
+  preSteps: [{name: bookend-outer-pre, image: alpine}]
+  postSteps: [{name: bookend-outer-post, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: inner}
+spec:
+  priority: 2
+  preSteps: [{name: bookend-inner-pre, image: alpine}]
+  postSteps: [{name: bookend-inner-post, image: alpine}]
+"#;
+
+const ALWAYS: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: report}
+spec:
+  postStepsRun: Always
+  preSteps: [{name: bookend-setup, image: alpine}]
+  postSteps: [{name: bookend-report, image: alpine}]
+"#;
+
+pub(crate) fn taskrun(steps: Value) -> Value {
+    json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {"generateName": "run-", "namespace": "team-a"},
+        "spec": {"taskSpec": {"steps": steps}}
+    })
+}
+
+pub(crate) fn run(set: &PolicySet, object: &Value) -> Decision {
+    run_with(set, object, &Catalog::default())
+}
+
+fn run_with(set: &PolicySet, object: &Value, lookup: &dyn Lookup) -> Decision {
+    decide(
+        Request {
+            object,
+            namespace: "team-a",
+            dry_run: false,
+        },
+        set,
+        lookup,
+    )
+}
+
+fn names(object: &Value) -> Vec<String> {
+    object["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| tekton::step_name(s).unwrap_or("<unnamed>").to_owned())
+        .collect()
+}
+
+fn apply(object: &Value, ops: &[crate::patch::Operation]) -> Value {
+    let patch: json_patch::Patch =
+        serde_json::from_value(serde_json::to_value(ops).unwrap()).unwrap();
+    let mut doc = object.clone();
+    json_patch::patch(&mut doc, &patch).unwrap();
+    doc
+}
+
+/// The decision's patch applied to the input gives its object, and a second pass over that
+/// object changes nothing.
+fn assert_converges(set: &PolicySet, object: &Value) -> Value {
+    let first = run(set, object);
+    assert_ne!(first.outcome, Outcome::Denied, "{:?}", first.message);
+    assert_eq!(apply(object, &first.patch), first.object);
+    let second = run(set, &first.object);
+    assert_eq!(
+        second.outcome,
+        Outcome::Allowed,
+        "second pass: {:?}",
+        second.patch
+    );
+    assert!(second.patch.is_empty());
+    first.object
+}
+
+#[test]
+fn on_success_wraps_outer_policy_outermost() {
+    let set = policies(PRE_POST);
+    let out = assert_converges(
+        &set,
+        &taskrun(json!([{"name": "build", "image": "go"}, {"image": "go"}])),
+    );
+    assert_eq!(
+        names(&out),
+        [
+            "bookend-outer-pre",
+            "bookend-inner-pre",
+            "build",
+            "<unnamed>",
+            "bookend-inner-post",
+            "bookend-outer-post"
+        ]
+    );
+    // OnSuccess changes nothing in the user's steps.
+    assert_eq!(
+        out["spec"]["taskSpec"]["steps"][2],
+        json!({"name": "build", "image": "go"})
+    );
+    let record = Record::parse(
+        out["metadata"]["annotations"][record::ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record.policies[0].policy, "ClusterStepPolicy/outer");
+    assert_eq!(
+        record.policies[0].steps,
+        ["bookend-outer-pre", "bookend-outer-post"]
+    );
+    assert_eq!(record.policies[0].hash.len(), 12);
+    assert!(record.helpers.is_empty());
+}
+
+#[test]
+fn the_patch_only_adds_at_indexes() {
+    let set = policies(PRE_POST);
+    let object = taskrun(json!([{"name": "build", "image": "go", "unknownField": {"kept": true}}]));
+    let d = run(&set, &object);
+    assert!(
+        d.patch
+            .iter()
+            .all(|op| matches!(op, crate::patch::Operation::Add { .. })),
+        "{:?}",
+        d.patch
+    );
+    assert!(d.patch.iter().all(|op| op.path() != "/spec"));
+    assert_eq!(
+        d.object["spec"]["taskSpec"]["steps"][2]["unknownField"],
+        json!({"kept": true})
+    );
+}
+
+#[test]
+fn no_matching_policy_means_no_patch() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: elsewhere}
+spec:
+  match: {namespaces: ["ops-*"]}
+  preSteps: [{name: bookend-x, image: alpine}]
+"#,
+    );
+    let d = run(&set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    assert_eq!(d.outcome, Outcome::Allowed);
+    assert!(d.patch.is_empty());
+}
+
+#[test]
+fn always_adds_gates_continue_and_a_verdict() {
+    let set = policies(ALWAYS);
+    let out = assert_converges(
+        &set,
+        &taskrun(json!([
+            {"name": "build", "image": "go"},
+            {"name": "lint", "image": "go", "onError": "continue"},
+            {"name": "test", "image": "go"}
+        ])),
+    );
+    assert_eq!(
+        names(&out),
+        [
+            "bookend-setup",
+            "bookend-gate-1",
+            "build",
+            "bookend-gate-2",
+            "lint",
+            "test",
+            "bookend-report",
+            "bookend-verdict"
+        ]
+    );
+    let steps = out["spec"]["taskSpec"]["steps"].as_array().unwrap();
+    // Guarded steps continue on error so the report still runs.
+    assert_eq!(steps[0]["onError"], "continue");
+    assert_eq!(steps[2]["onError"], "continue");
+    assert_eq!(steps[5]["onError"], "continue");
+    // lint was best effort already: it keeps its onError, is gated, and is not checked.
+    assert_eq!(steps[4]["onError"], "continue");
+    // Gate 2 checks setup and build; lint and test reuse it (lint added no must-succeed step).
+    assert_eq!(
+        steps[4]["when"][0]["input"],
+        "$(steps.bookend-gate-2.results.ok)"
+    );
+    assert_eq!(
+        steps[5]["when"][0]["input"],
+        "$(steps.bookend-gate-2.results.ok)"
+    );
+    let gate2 = steps[3]["args"][0].as_str().unwrap();
+    assert!(
+        gate2.contains("0:step-bookend-setup 2:step-build;"),
+        "{gate2}"
+    );
+    assert_eq!(steps[3]["command"], json!(["/bin/sh", "-c"]));
+    assert!(steps[3].get("script").is_none(), "helpers never use script");
+    // The report is not gated and keeps the policy's own onError (unset).
+    assert!(steps[6].get("when").is_none());
+    assert!(steps[6].get("onError").is_none());
+    let verdict = steps[7]["args"][0].as_str().unwrap();
+    assert!(
+        verdict.contains("0:step-bookend-setup 2:step-build 5:step-test;"),
+        "{verdict}"
+    );
+    assert!(verdict.contains("exit $rc"));
+    let record = Record::parse(
+        out["metadata"]["annotations"][record::ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(record.continued, ["build", "test"]);
+    assert_eq!(
+        record.helpers,
+        ["bookend-gate-1", "bookend-gate-2", "bookend-verdict"]
+    );
+}
+
+#[test]
+fn always_keeps_user_when_and_resolves_on_error_params() {
+    let set = policies(ALWAYS);
+    let mut object = taskrun(json!([
+        {"name": "a", "image": "go", "onError": "$(params.mode)",
+         "when": [{"input": "$(params.run)", "operator": "in", "values": ["yes"]}]},
+        {"name": "b", "image": "go", "onError": "$(params.other)"}
+    ]));
+    object["spec"]["params"] = json!([{"name": "mode", "value": "continue"}]);
+    object["spec"]["taskSpec"]["params"] =
+        json!([{"name": "mode"}, {"name": "run"}, {"name": "other", "default": "stopAndFail"}]);
+    let out = assert_converges(&set, &object);
+    let steps = out["spec"]["taskSpec"]["steps"].as_array().unwrap();
+    let a = &steps[2];
+    assert_eq!(a["name"], "a");
+    assert_eq!(
+        a["onError"], "$(params.mode)",
+        "resolves to continue: left alone"
+    );
+    assert_eq!(
+        a["when"].as_array().unwrap().len(),
+        2,
+        "user when kept, gate ANDed"
+    );
+    let b = steps.iter().find(|s| s["name"] == "b").unwrap();
+    assert_eq!(
+        b["onError"], "continue",
+        "resolves to stopAndFail: converted"
+    );
+}
+
+#[test]
+fn mixed_always_and_on_success_policies() {
+    let set = policies(&format!(
+        "{ALWAYS}---\n{}",
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: z-notify}
+spec:
+  priority: 1
+  postSteps: [{name: bookend-notify, image: alpine}]
+"#
+    ));
+    let out = assert_converges(&set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    // notify (priority 1) is outer: its post-step runs last, only when everything succeeded.
+    assert_eq!(
+        names(&out),
+        [
+            "bookend-setup",
+            "bookend-gate-1",
+            "build",
+            "bookend-report",
+            "bookend-gate-2",
+            "bookend-notify",
+            "bookend-verdict"
+        ]
+    );
+    let steps = out["spec"]["taskSpec"]["steps"].as_array().unwrap();
+    assert!(
+        steps[3].get("onError").is_none(),
+        "the last Always step needs no continue"
+    );
+    assert_eq!(
+        steps[5]["when"][0]["input"],
+        "$(steps.bookend-gate-2.results.ok)"
+    );
+    assert!(
+        steps[4]["args"][0]
+            .as_str()
+            .unwrap()
+            .contains("0:step-bookend-setup 2:step-build;")
+    );
+}
+
+#[test]
+fn index_references_follow_the_shift_and_converge() {
+    let set = policies(ALWAYS);
+    let object = taskrun(json!([
+        {"image": "alpine", "script": "exit 1"},
+        {"image": "alpine", "script": "cat /tekton/steps/0/exitCode; cat /tekton/run/0/out; echo $(steps.step-unnamed-0.exitCode.path)"}
+    ]));
+    let out = assert_converges(&set, &object);
+    let steps = out["spec"]["taskSpec"]["steps"].as_array().unwrap();
+    // setup, gate-1, user0 (index 2), gate-2, user1 (index 4), ...
+    assert_eq!(
+        steps[4]["script"],
+        "cat /tekton/steps/2/exitCode; cat /tekton/run/2/out; echo $(steps.step-unnamed-2.exitCode.path)"
+    );
+}
+
+#[test]
+fn tekton_defaulting_round_trip_is_recognised() {
+    let set = policies(&format!(
+        "{ALWAYS}---\n{}",
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: res}
+spec:
+  preSteps:
+  - name: bookend-res
+    image: alpine
+    timeout: 5m
+    computeResources: {limits: {cpu: "0.5"}}
+    results: [{name: out}]
+"#
+    ));
+    let first = run(&set, &taskrun(json!([{"image": "go"}])));
+    // What Tekton's defaulting webhook does to every step when it round-trips the object.
+    let mut defaulted = first.object.clone();
+    for step in defaulted["spec"]["taskSpec"]["steps"]
+        .as_array_mut()
+        .unwrap()
+    {
+        let s = step.as_object_mut().unwrap();
+        s.insert(
+            "computeResources".into(),
+            s.get("computeResources").cloned().unwrap_or(json!({})),
+        );
+        s.entry("name").or_insert(json!(""));
+        if s.get("name") == Some(&json!("bookend-res")) {
+            s.insert("timeout".into(), json!("5m0s"));
+            s.insert(
+                "computeResources".into(),
+                json!({"limits": {"cpu": "500m"}}),
+            );
+            s.insert("results".into(), json!([{"name": "out", "type": "string"}]));
+        }
+    }
+    let second = run(&set, &defaulted);
+    assert_eq!(
+        second.outcome,
+        Outcome::Allowed,
+        "{:?} {:?}",
+        second.message,
+        second.patch
+    );
+}
+
+#[test]
+fn a_user_step_with_the_prefix_is_denied_not_dropped() {
+    let set = policies(PRE_POST);
+    let d = run(
+        &set,
+        &taskrun(json!([{"name": "bookend-mine", "image": "go"}])),
+    );
+    assert_eq!(d.outcome, Outcome::Denied);
+    let m = d.message.unwrap();
+    assert!(m.contains("spec.taskSpec.steps[0].name"), "{m}");
+    assert!(m.contains("reserved prefix \"bookend-\""), "{m}");
+    let d = run(
+        &set,
+        &taskrun(json!([{"name": "bookend-gate-1", "image": "go"}])),
+    );
+    assert!(d.message.unwrap().contains("gate and verdict"));
+}
+
+#[test]
+fn a_tampered_injected_step_is_denied() {
+    let set = policies(PRE_POST);
+    let first = run(&set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    let mut tampered = first.object.clone();
+    tampered["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
+    let d = run(&set, &tampered);
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert!(
+        d.message
+            .unwrap()
+            .contains("differs from its definition in ClusterStepPolicy/outer")
+    );
+}
+
+#[test]
+fn a_step_from_an_older_policy_version_is_replaced() {
+    let set = policies(PRE_POST);
+    let first = run(&set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    let newer = policies(&PRE_POST.replacen(
+        "{name: bookend-outer-pre, image: alpine}",
+        "{name: bookend-outer-pre, image: alpine:3.21}",
+        1,
+    ));
+    let d = run(&newer, &first.object);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert_eq!(
+        d.object["spec"]["taskSpec"]["steps"][0]["image"],
+        "alpine:3.21"
+    );
+    assert!(
+        d.warnings.iter().any(|w| w.contains("earlier version")),
+        "{:?}",
+        d.warnings
+    );
+    assert_eq!(names(&d.object), names(&first.object));
+}
+
+#[test]
+fn v1beta1_uses_v1beta1_field_names() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: res}
+spec:
+  preSteps: [{name: bookend-res, image: alpine, computeResources: {limits: {memory: 1Gi}}}]
+"#,
+    );
+    let mut object = taskrun(json!([{"name": "build", "image": "go", "resources": {}}]));
+    object["apiVersion"] = json!("tekton.dev/v1beta1");
+    let out = assert_converges(&set, &object);
+    let injected = &out["spec"]["taskSpec"]["steps"][0];
+    assert_eq!(injected["resources"]["limits"]["memory"], "1Gi");
+    assert!(injected.get("computeResources").is_none());
+}
+
+const WITH_VOLUME: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: vol}
+spec:
+  preSteps:
+  - name: bookend-cache
+    image: alpine
+    volumeMounts: [{name: bookend-cache, mountPath: /cache}]
+  volumes: [{name: bookend-cache, emptyDir: {}}]
+"#;
+
+#[test]
+fn volumes_are_added_once_and_collisions_denied() {
+    let set = policies(WITH_VOLUME);
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    object["spec"]["taskSpec"]["volumes"] = json!([{"name": "src", "emptyDir": {}}]);
+    let out = assert_converges(&set, &object);
+    assert_eq!(
+        out["spec"]["taskSpec"]["volumes"],
+        json!([{"name": "src", "emptyDir": {}}, {"name": "bookend-cache", "emptyDir": {}}])
+    );
+    object["spec"]["taskSpec"]["volumes"] =
+        json!([{"name": "bookend-cache", "secret": {"secretName": "x"}}]);
+    let d = run(&set, &object);
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert!(
+        d.message
+            .unwrap()
+            .contains("multiple volumes with same name \"bookend-cache\"")
+    );
+}
+
+#[test]
+fn workspace_mount_path_collision_is_denied() {
+    let set = policies(WITH_VOLUME);
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    object["spec"]["taskSpec"]["workspaces"] = json!([{"name": "cache", "mountPath": "/cache"}]);
+    let m = run(&set, &object).message.unwrap();
+    assert!(
+        m.contains("ClusterStepPolicy/vol step bookend-cache"),
+        "{m}"
+    );
+    assert!(m.contains("volumeMounts[0].mountPath"), "{m}");
+    assert!(m.contains("workspace \"cache\""), "{m}");
+}
+
+#[test]
+fn script_step_under_a_step_template_command_is_denied() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: scripted}
+spec:
+  postSteps: [{name: bookend-report, image: alpine, script: "echo done"}]
+"#,
+    );
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    object["spec"]["taskSpec"]["stepTemplate"] = json!({"command": ["/bin/bash"]});
+    let d = run(&set, &object);
+    let m = d.message.unwrap();
+    assert!(
+        m.starts_with("bookend: ClusterStepPolicy/scripted step bookend-report: spec.taskSpec.steps[1].script: script cannot be used with command"),
+        "{m}"
+    );
+    // Helper steps of Always are command/args, so a stepTemplate command does not break them.
+    let set = policies(ALWAYS);
+    assert_converges(&set, &object);
+}
+
+#[test]
+fn missing_params_and_workspaces_are_denied_with_the_field() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: clone}
+spec:
+  preSteps:
+  - name: bookend-clone
+    ref: {name: git-clone}
+    params: [{name: url, value: "$(params.git-url)"}]
+    workspaces: [{name: source}]
+"#,
+    );
+    let object = taskrun(json!([{"name": "build", "image": "go"}]));
+    let m = run(&set, &object).message.unwrap();
+    assert!(
+        m.contains("workspaces[0].name: undefined workspace \"source\""),
+        "{m}"
+    );
+    let mut object = object;
+    object["spec"]["taskSpec"]["workspaces"] = json!([{"name": "source"}]);
+    let m = run(&set, &object).message.unwrap();
+    assert!(m.contains("params[0].value: non-existent variable"), "{m}");
+    assert!(m.contains("param \"git-url\""), "{m}");
+    object["spec"]["params"] = json!([{"name": "git-url", "value": "https://x"}]);
+    assert_converges(&set, &object);
+}
+
+#[test]
+fn audit_mode_reports_without_mutating() {
+    let set = policies(&PRE_POST.replace("priority: 1\n", "priority: 1\n  mode: Audit\n"));
+    let d = run(&set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    // inner still enforces; outer only reports.
+    assert_eq!(
+        names(&d.object),
+        ["bookend-inner-pre", "build", "bookend-inner-post"]
+    );
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w == "bookend audit: ClusterStepPolicy/outer would inject bookend-outer-pre, bookend-outer-post"),
+        "{:?}",
+        d.warnings
+    );
+    assert_eq!(
+        d.audit_annotations.get("audit").map(String::as_str),
+        Some("ClusterStepPolicy/outer")
+    );
+}
+
+#[test]
+fn dry_run_warns_what_was_injected() {
+    let set = policies(PRE_POST);
+    let object = taskrun(json!([{"name": "build", "image": "go"}]));
+    let d = decide(
+        Request {
+            object: &object,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert!(
+        d.warnings
+            .iter()
+            .any(|w| w.starts_with("bookend: injected bookend-outer-pre")),
+        "{:?}",
+        d.warnings
+    );
+    let d = run(&set, &object);
+    assert!(d.warnings.is_empty());
+}
+
+fn taskref_run() -> Value {
+    json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+           "metadata": {"name": "r", "namespace": "team-a"},
+           "spec": {"taskRef": {"name": "build"}}})
+}
+
+fn catalog_with(task: Value) -> Catalog {
+    let mut c = Catalog::default();
+    c.add_objects(&[task], "team-a");
+    c
+}
+
+#[test]
+fn task_ref_inline_inlines_and_labels() {
+    let set = policies(PRE_POST);
+    let catalog = catalog_with(json!({"apiVersion": "tekton.dev/v1beta1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a", "resourceVersion": "42"},
+        "spec": {"steps": [{"name": "compile", "image": "go", "resources": {"limits": {"cpu": "1"}}}]}}));
+    let object = taskref_run();
+    let d = run_with(&set, &object, &catalog);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert!(d.object["spec"].get("taskRef").is_none());
+    assert_eq!(
+        names(&d.object),
+        [
+            "bookend-outer-pre",
+            "bookend-inner-pre",
+            "compile",
+            "bookend-inner-post",
+            "bookend-outer-post"
+        ]
+    );
+    // A v1beta1 Task inlined into a v1 TaskRun is converted.
+    assert_eq!(
+        d.object["spec"]["taskSpec"]["steps"][2]["computeResources"]["limits"]["cpu"],
+        "1"
+    );
+    assert_eq!(d.object["metadata"]["labels"]["tekton.dev/task"], "build");
+    assert_eq!(
+        d.object["metadata"]["annotations"][INLINED_ANNOTATION],
+        "build@42"
+    );
+    assert_eq!(apply(&object, &d.patch), d.object);
+    assert_eq!(
+        run_with(&set, &d.object, &catalog).outcome,
+        Outcome::Allowed
+    );
+}
+
+#[test]
+fn task_ref_missing_task_is_denied_with_the_fix() {
+    let set = policies(PRE_POST);
+    let m = run(&set, &taskref_run()).message.unwrap();
+    assert!(
+        m.contains("Task \"build\" was not found in namespace team-a"),
+        "{m}"
+    );
+    assert!(m.contains("taskRef: Skip"), "{m}");
+}
+
+#[test]
+fn task_ref_skip_and_deny() {
+    let skip = policies(
+        &PRE_POST
+            .replace("priority: 1\n", "priority: 1\n  taskRef: Skip\n")
+            .replace("priority: 2\n", "priority: 2\n  taskRef: Skip\n"),
+    );
+    let d = run(&skip, &taskref_run());
+    assert_eq!(d.outcome, Outcome::Allowed);
+    assert!(d.warnings[0].contains("taskRef: Skip"));
+    let deny = policies(&PRE_POST.replace("priority: 2\n", "priority: 2\n  taskRef: Deny\n"));
+    let m = run(&deny, &taskref_run()).message.unwrap();
+    assert!(
+        m.starts_with("bookend: ClusterStepPolicy/inner: spec.taskRef.name"),
+        "{m}"
+    );
+}
+
+#[test]
+fn signed_tasks_are_not_inlined() {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "annotations": {"tekton.dev/signature": "MEUCIQ..."}},
+        "spec": {"steps": [{"name": "compile", "image": "go"}]}});
+    let set = policies(PRE_POST);
+    let d = run_with(&set, &taskref_run(), &catalog_with(task.clone()));
+    assert_eq!(d.outcome, Outcome::Allowed);
+    assert!(d.warnings[0].contains("signed"), "{:?}", d.warnings);
+    let deny = policies(&PRE_POST.replace("priority: 2\n", "priority: 2\n  remoteTaskRef: Deny\n"));
+    let m = run_with(&deny, &taskref_run(), &catalog_with(task))
+        .message
+        .unwrap();
+    assert!(m.contains("trusted-resources signature"), "{m}");
+}
+
+#[test]
+fn remote_task_refs_skip_or_deny() {
+    let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
+        "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}});
+    let d = run(&policies(PRE_POST), &object);
+    assert_eq!(d.outcome, Outcome::Allowed);
+    assert!(d.warnings[0].contains("git resolver"), "{:?}", d.warnings);
+    let deny = policies(&PRE_POST.replace("priority: 1\n", "priority: 1\n  remoteTaskRef: Deny\n"));
+    let m = run(&deny, &object).message.unwrap();
+    assert!(m.contains("remoteTaskRef: Deny"), "{m}");
+}
+
+#[test]
+fn origin_exclude_and_step_policy_scope() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: pipelines-only}
+spec:
+  match: {origin: Pipeline}
+  exclude: {selector: {matchLabels: {skip: "yes"}}}
+  preSteps: [{name: bookend-p, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: StepPolicy
+metadata: {name: local, namespace: team-b}
+spec:
+  preSteps: [{name: bookend-local, image: alpine}]
+"#,
+    );
+    let standalone = taskrun(json!([{"name": "build", "image": "go"}]));
+    assert_eq!(run(&set, &standalone).outcome, Outcome::Allowed);
+    let mut child = standalone.clone();
+    child["metadata"]["ownerReferences"] = json!([{"apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "name": "pr", "uid": "u", "controller": true}]);
+    assert_eq!(names(&run(&set, &child).object), ["bookend-p", "build"]);
+    child["metadata"]["labels"] = json!({"skip": "yes"});
+    assert_eq!(run(&set, &child).outcome, Outcome::Allowed);
+    let d = decide(
+        Request {
+            object: &standalone,
+            namespace: "team-b",
+            dry_run: false,
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(names(&d.object), ["bookend-local", "build"]);
+}
+
+#[test]
+fn injected_steps_no_longer_matching_are_stripped() {
+    let set = policies(PRE_POST);
+    let injected = run(&set, &taskrun(json!([{"name": "build", "image": "go"}]))).object;
+    let elsewhere = decide(
+        Request {
+            object: &injected,
+            namespace: "ops",
+            dry_run: false,
+        },
+        &policies(
+            &PRE_POST
+                .replace(
+                    "priority: 1\n",
+                    "priority: 1\n  match: {namespaces: [team-*]}\n",
+                )
+                .replace(
+                    "priority: 2\n",
+                    "priority: 2\n  match: {namespaces: [team-*]}\n",
+                ),
+        ),
+        &Catalog::default(),
+    );
+    assert_eq!(names(&elsewhere.object), ["build"]);
+    assert!(
+        elsewhere.object["metadata"]["annotations"]
+            .get(record::ANNOTATION)
+            .is_none()
+    );
+}
+
+#[test]
+fn empty_task_specs_and_other_kinds_are_left_alone() {
+    let set = policies(PRE_POST);
+    assert_eq!(run(&set, &taskrun(json!([]))).outcome, Outcome::Allowed);
+    let pod = json!({"apiVersion": "v1", "kind": "Pod"});
+    assert_eq!(run(&set, &pod).outcome, Outcome::Allowed);
+    let custom = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": {"taskRef": {"apiVersion": "x.dev/v1", "kind": "Wait"}}});
+    assert_eq!(run(&set, &custom).outcome, Outcome::Allowed);
+}
+
+#[test]
+fn explain_covers_every_policy() {
+    let set = policies(PRE_POST);
+    let object = taskrun(json!([{"name": "build", "image": "go"}]));
+    let e = explain(
+        Request {
+            object: &object,
+            namespace: "team-a",
+            dry_run: false,
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(e.len(), 2);
+    assert!(matches!(e[0].verdict, Verdict::Matched(_)));
+}
+
+mod properties {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn arb_step(i: usize) -> impl Strategy<Value = Value> {
+        (
+            prop::option::of("[a-c]{1,2}"),
+            prop::option::of(prop_oneof![Just("continue"), Just("stopAndFail")]),
+            prop::bool::ANY,
+        )
+            .prop_map(move |(name, on_error, refs)| {
+                let mut step = json!({"image": format!("img{i}")});
+                if let Some(n) = name {
+                    step["name"] = json!(format!("{n}{i}"));
+                }
+                if let Some(e) = on_error {
+                    step["onError"] = json!(e);
+                }
+                if refs && i > 0 {
+                    step["script"] = json!(format!("cat /tekton/steps/{}/exitCode", i - 1));
+                }
+                step
+            })
+    }
+
+    fn arb_steps() -> impl Strategy<Value = Vec<Value>> {
+        (1usize..6).prop_flat_map(|n| (0..n).map(arb_step).collect::<Vec<_>>())
+    }
+
+    fn strip_bookend(step: &Value) -> Value {
+        let mut s = step.clone();
+        let o = s.as_object_mut().unwrap();
+        if let Some(Value::Array(w)) = o.get_mut("when") {
+            w.retain(|w| !w["input"].as_str().unwrap_or("").contains("bookend-gate-"));
+            if w.is_empty() {
+                o.remove("when");
+            }
+        }
+        s
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        #[test]
+        fn injection_is_idempotent(steps in arb_steps(), always in prop::bool::ANY) {
+            let set = policies(if always { ALWAYS } else { PRE_POST });
+            let object = taskrun(Value::Array(steps));
+            let first = run(&set, &object);
+            prop_assert_eq!(first.outcome, Outcome::Mutated);
+            prop_assert_eq!(apply(&object, &first.patch), first.object.clone());
+            let second = run(&set, &first.object);
+            prop_assert!(second.patch.is_empty(), "second pass patched: {:?}", second.patch);
+        }
+
+        #[test]
+        fn user_steps_keep_order_and_content(steps in arb_steps(), always in prop::bool::ANY) {
+            let set = policies(if always { ALWAYS } else { PRE_POST });
+            let out = run(&set, &taskrun(Value::Array(steps.clone()))).object;
+            let users: Vec<Value> = out["spec"]["taskSpec"]["steps"].as_array().unwrap().iter()
+                .filter(|s| !tekton::step_name(s).unwrap_or("").starts_with("bookend-"))
+                .cloned().collect();
+            prop_assert_eq!(users.len(), steps.len());
+            for (before, after) in steps.iter().zip(&users) {
+                let mut after = strip_bookend(after);
+                let mut before = before.clone();
+                // Always may turn stopAndFail into continue; index references shift.
+                for s in [&mut after, &mut before] {
+                    let o = s.as_object_mut().unwrap();
+                    o.remove("onError");
+                    o.remove("script");
+                }
+                prop_assert_eq!(before, after);
+            }
+        }
+    }
+}

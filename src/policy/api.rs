@@ -453,7 +453,10 @@ mod tests {
         assert_eq!(crds[1].spec.scope, "Cluster");
         assert_eq!(crds[1].spec.names.kind, "ClusterStepPolicy");
         let yaml = crds_yaml();
-        assert!(yaml.contains("lower is outer"), "field docs become descriptions");
+        assert!(
+            yaml.contains("lower is outer"),
+            "field docs become descriptions"
+        );
         assert!(yaml.contains("name: clustersteppolicies.bookend.dev"));
         assert!(yaml.len() < 200_000, "CRD YAML is {} bytes", yaml.len());
     }

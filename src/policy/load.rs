@@ -207,7 +207,9 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
             ));
         }
     };
-    let spec_value = object.remove("spec").unwrap_or(Value::Object(Default::default()));
+    let spec_value = object
+        .remove("spec")
+        .unwrap_or(Value::Object(Default::default()));
     let spec: StepPolicySpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
         let path = e.path().to_string();
         let path = if path == "." {
@@ -281,7 +283,13 @@ spec:
             "x.yaml",
             "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: m}\nspec: {mode: Enforced}\n",
         );
-        assert!(issues[0].to_string().starts_with("x.yaml: ClusterStepPolicy/m: spec.mode: unknown variant `Enforced`"), "{}", issues[0]);
+        assert!(
+            issues[0]
+                .to_string()
+                .starts_with("x.yaml: ClusterStepPolicy/m: spec.mode: unknown variant `Enforced`"),
+            "{}",
+            issues[0]
+        );
     }
 
     #[test]
@@ -308,7 +316,9 @@ spec:
     fn directories_are_read_recursively_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let policy = |name: &str| {
-            format!("apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: {name}}}\n")
+            format!(
+                "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: {name}}}\n"
+            )
         };
         std::fs::create_dir(dir.path().join("sub")).unwrap();
         std::fs::write(dir.path().join("b.yaml"), policy("b")).unwrap();

@@ -475,7 +475,10 @@ mod tests {
     #[test]
     fn duplicate_policy_ids_are_reported() {
         let (set, issues) = PolicySet::build(
-            vec![doc("p", 1, &[], &["bookend-x"]), doc("p", 1, &[], &["bookend-y"])],
+            vec![
+                doc("p", 1, &[], &["bookend-x"]),
+                doc("p", 1, &[], &["bookend-y"]),
+            ],
             Settings::default(),
         );
         assert_eq!(set.len(), 1);
@@ -521,7 +524,10 @@ mod tests {
         };
         let p = &set.policies()[0];
         assert!(matches!(p.verdict(&subject("team-a")), Verdict::Matched(_)));
-        assert!(matches!(p.verdict(&subject("team-b")), Verdict::NotMatched(_)));
+        assert!(matches!(
+            p.verdict(&subject("team-b")),
+            Verdict::NotMatched(_)
+        ));
         assert!(set.candidates("team-b").is_empty());
     }
 

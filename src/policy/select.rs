@@ -400,7 +400,11 @@ impl Matcher {
     pub fn check_all(&self, subject: &Subject<'_>) -> Result<String, String> {
         let mut why = Vec::new();
         if !self.namespaces.is_empty() {
-            match self.namespaces.iter().find(|g| g.matches(subject.namespace)) {
+            match self
+                .namespaces
+                .iter()
+                .find(|g| g.matches(subject.namespace))
+            {
                 Some(g) => why.push(format!("namespace {} matches {g}", subject.namespace)),
                 None => {
                     return Err(format!(
@@ -438,8 +442,15 @@ impl Matcher {
 
     /// Exclude semantics: `Some(reason)` when any criterion given holds.
     pub fn check_any(&self, subject: &Subject<'_>) -> Option<String> {
-        if let Some(g) = self.namespaces.iter().find(|g| g.matches(subject.namespace)) {
-            return Some(format!("excluded: namespace {} matches {g}", subject.namespace));
+        if let Some(g) = self
+            .namespaces
+            .iter()
+            .find(|g| g.matches(subject.namespace))
+        {
+            return Some(format!(
+                "excluded: namespace {} matches {g}",
+                subject.namespace
+            ));
         }
         if let Some(s) = &self.namespace_selector
             && s.check(&namespace_labels(subject)).is_ok()
@@ -597,7 +608,12 @@ mod tests {
         assert!(Selector::new(&selector(&[("Bad_Prefix/team", "a")], &[])).is_err());
     }
 
-    fn subject<'a>(ns: &'a str, ns_labels: &'a Labels, labels: &'a Labels, origin: Origin) -> Subject<'a> {
+    fn subject<'a>(
+        ns: &'a str,
+        ns_labels: &'a Labels,
+        labels: &'a Labels,
+        origin: Origin,
+    ) -> Subject<'a> {
         Subject {
             namespace: ns,
             namespace_labels: ns_labels,
@@ -617,20 +633,51 @@ mod tests {
         let m = Matcher::new(&criteria).unwrap();
         let gold = labels(&[("tier", "gold")]);
         let none = Labels::new();
-        assert!(m.check_all(&subject("team-a", &gold, &none, Origin::Pipeline)).is_ok());
-        assert!(m.check_all(&subject("ops", &gold, &none, Origin::Pipeline)).is_err());
-        assert!(m.check_all(&subject("team-a", &none, &none, Origin::Pipeline)).is_err());
-        let e = m.check_all(&subject("team-a", &gold, &none, Origin::Standalone)).unwrap_err();
+        assert!(
+            m.check_all(&subject("team-a", &gold, &none, Origin::Pipeline))
+                .is_ok()
+        );
+        assert!(
+            m.check_all(&subject("ops", &gold, &none, Origin::Pipeline))
+                .is_err()
+        );
+        assert!(
+            m.check_all(&subject("team-a", &none, &none, Origin::Pipeline))
+                .is_err()
+        );
+        let e = m
+            .check_all(&subject("team-a", &gold, &none, Origin::Standalone))
+            .unwrap_err();
         assert!(e.contains("origin"), "{e}");
 
-        assert!(m.check_any(&subject("ops", &none, &none, Origin::Standalone)).is_none());
-        assert!(m.check_any(&subject("team-x", &none, &none, Origin::Standalone)).is_some());
-        assert!(m.check_any(&subject("ops", &gold, &none, Origin::Standalone)).is_some());
-        assert!(m.check_any(&subject("ops", &none, &none, Origin::Pipeline)).is_some());
+        assert!(
+            m.check_any(&subject("ops", &none, &none, Origin::Standalone))
+                .is_none()
+        );
+        assert!(
+            m.check_any(&subject("team-x", &none, &none, Origin::Standalone))
+                .is_some()
+        );
+        assert!(
+            m.check_any(&subject("ops", &gold, &none, Origin::Standalone))
+                .is_some()
+        );
+        assert!(
+            m.check_any(&subject("ops", &none, &none, Origin::Pipeline))
+                .is_some()
+        );
 
         let empty = Matcher::new(&Criteria::default()).unwrap();
-        assert!(empty.check_all(&subject("x", &none, &none, Origin::Standalone)).is_ok());
-        assert!(empty.check_any(&subject("x", &none, &none, Origin::Standalone)).is_none());
+        assert!(
+            empty
+                .check_all(&subject("x", &none, &none, Origin::Standalone))
+                .is_ok()
+        );
+        assert!(
+            empty
+                .check_any(&subject("x", &none, &none, Origin::Standalone))
+                .is_none()
+        );
     }
 
     #[test]
@@ -641,8 +688,14 @@ mod tests {
         })
         .unwrap();
         let none = Labels::new();
-        assert!(m.check_all(&subject("team-a", &none, &none, Origin::Standalone)).is_ok());
-        assert!(m.check_all(&subject("team-b", &none, &none, Origin::Standalone)).is_err());
+        assert!(
+            m.check_all(&subject("team-a", &none, &none, Origin::Standalone))
+                .is_ok()
+        );
+        assert!(
+            m.check_all(&subject("team-b", &none, &none, Origin::Standalone))
+                .is_err()
+        );
     }
 
     #[test]

@@ -66,7 +66,10 @@ pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError>
         if !is_dns_label(&volume.name) {
             errors.push(FieldError::new(
                 &path,
-                format!("invalid volume name {:?}: must be a DNS-1123 label", volume.name),
+                format!(
+                    "invalid volume name {:?}: must be a DNS-1123 label",
+                    volume.name
+                ),
             ));
         }
         if volume.name.starts_with("tekton-internal-") {
@@ -96,7 +99,10 @@ pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError>
     }
 
     let mut names = BTreeSet::new();
-    for (list, steps) in [("preSteps", &spec.pre_steps), ("postSteps", &spec.post_steps)] {
+    for (list, steps) in [
+        ("preSteps", &spec.pre_steps),
+        ("postSteps", &spec.post_steps),
+    ] {
         for (i, step) in steps.iter().enumerate() {
             let path = format!("spec.{list}[{i}]");
             if !step.name.is_empty() && !names.insert(step.name.as_str()) {
@@ -184,14 +190,38 @@ fn check_step(
 
     if let Some(r) = &step.ref_ {
         let forbidden = [
-            ("image", step.image.is_some(), "image cannot be used with Ref"),
-            ("command", step.command.is_some(), "command cannot be used with Ref"),
+            (
+                "image",
+                step.image.is_some(),
+                "image cannot be used with Ref",
+            ),
+            (
+                "command",
+                step.command.is_some(),
+                "command cannot be used with Ref",
+            ),
             ("args", step.args.is_some(), "args cannot be used with Ref"),
-            ("script", step.script.is_some(), "script cannot be used with Ref"),
-            ("workingDir", step.working_dir.is_some(), "working dir cannot be used with Ref"),
+            (
+                "script",
+                step.script.is_some(),
+                "script cannot be used with Ref",
+            ),
+            (
+                "workingDir",
+                step.working_dir.is_some(),
+                "working dir cannot be used with Ref",
+            ),
             ("env", step.env.is_some(), "env cannot be used with Ref"),
-            ("volumeMounts", step.volume_mounts.is_some(), "volumeMounts cannot be used with Ref"),
-            ("results", step.results.is_some(), "results cannot be used with Ref"),
+            (
+                "volumeMounts",
+                step.volume_mounts.is_some(),
+                "volumeMounts cannot be used with Ref",
+            ),
+            (
+                "results",
+                step.results.is_some(),
+                "results cannot be used with Ref",
+            ),
         ];
         for (field, set, message) in forbidden {
             if set {
@@ -211,7 +241,10 @@ fn check_step(
             _ => {}
         }
         if r.params.is_some() && !has(&r.resolver) {
-            err("ref.resolver", "missing field(s): resolver params need a resolver".to_owned());
+            err(
+                "ref.resolver",
+                "missing field(s): resolver params need a resolver".to_owned(),
+            );
         }
         if let Some(name) = r.name.as_deref().filter(|n| !n.is_empty())
             && !is_qualified_name(name)
@@ -325,7 +358,10 @@ fn check_step(
             continue;
         }
         if !has_classic {
-            err(&field, "missing field(s): an empty when expression".to_owned());
+            err(
+                &field,
+                "missing field(s): an empty when expression".to_owned(),
+            );
             continue;
         }
         match when.operator.as_deref() {
@@ -375,8 +411,12 @@ fn check_step(
 }
 
 fn has_step_result_ref(s: &str) -> bool {
-    s.match_indices("$(steps.")
-        .any(|(i, _)| s[i..].split(')').next().is_some_and(|r| r.contains(".results.")))
+    s.match_indices("$(steps.").any(|(i, _)| {
+        s[i..]
+            .split(')')
+            .next()
+            .is_some_and(|r| r.contains(".results."))
+    })
 }
 
 fn is_result_name(name: &str) -> bool {
@@ -518,7 +558,10 @@ mod tests {
     #[test]
     fn names_need_prefix_dns_label_and_58_chars() {
         let m = messages(&errors_for(inline("creds")));
-        assert!(m[0].contains("spec.preSteps[0].name") && m[0].contains("reserved prefix"), "{m:?}");
+        assert!(
+            m[0].contains("spec.preSteps[0].name") && m[0].contains("reserved prefix"),
+            "{m:?}"
+        );
         let m = messages(&errors_for(inline("bookend-Creds")));
         assert!(m.iter().any(|m| m.contains("DNS Label")), "{m:?}");
         let long = format!("bookend-{}", "a".repeat(51));
@@ -547,8 +590,14 @@ mod tests {
             ..Step::default()
         };
         let m = messages(&errors_for(step));
-        assert!(m.contains(&"spec.preSteps[0].image: image cannot be used with Ref".to_owned()), "{m:?}");
-        assert!(m.contains(&"spec.preSteps[0].script: script cannot be used with Ref".to_owned()), "{m:?}");
+        assert!(
+            m.contains(&"spec.preSteps[0].image: image cannot be used with Ref".to_owned()),
+            "{m:?}"
+        );
+        assert!(
+            m.contains(&"spec.preSteps[0].script: script cannot be used with Ref".to_owned()),
+            "{m:?}"
+        );
         let step = Step {
             name: "bookend-clone".into(),
             ref_: Some(StepRef::default()),
@@ -617,7 +666,9 @@ mod tests {
         assert_eq!(m.len(), 4, "{m:?}");
         assert!(m[0].contains("volumeMounts[0].mountPath") && m[0].contains("under /tekton/"));
         assert!(m[1].contains("volumeMounts[2].name") && m[1].contains("tekton-internal-"));
-        assert!(m[2].contains("volumeMounts[3].name") && m[2].contains("not defined in spec.volumes"));
+        assert!(
+            m[2].contains("volumeMounts[3].name") && m[2].contains("not defined in spec.volumes")
+        );
         assert!(m[3].contains("volumeMounts[4].mountPath"));
     }
 
@@ -649,8 +700,16 @@ mod tests {
         }))
         .unwrap();
         let m = messages(&check_spec(&spec, &settings()));
-        assert!(m.iter().any(|m| m.starts_with("spec.match.namespaces[0]: unclosed")), "{m:?}");
-        assert!(m.iter().any(|m| m.starts_with("spec.exclude.selector: an empty selector")), "{m:?}");
+        assert!(
+            m.iter()
+                .any(|m| m.starts_with("spec.match.namespaces[0]: unclosed")),
+            "{m:?}"
+        );
+        assert!(
+            m.iter()
+                .any(|m| m.starts_with("spec.exclude.selector: an empty selector")),
+            "{m:?}"
+        );
     }
 
     #[test]

@@ -1,0 +1,306 @@
+//! The command line as a user runs it: exit codes, output formats, and golden before/after
+//! files (regenerate with `BOOKEND_BLESS=1 cargo test --test cli`, then review the diff).
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+use serde_json::Value;
+
+fn bookend(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_bookend"))
+        .args(args)
+        .current_dir(common::root())
+        .output()
+        .unwrap()
+}
+
+fn bookend_stdin(args: &[&str], input: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_bookend"))
+        .args(args)
+        .current_dir(common::root())
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn validate_accepts_the_examples() {
+    let out = bookend(&["validate", "--policies", "examples/policies"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "valid: 4 policies\n");
+}
+
+#[test]
+fn validate_reports_file_policy_path_and_message() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: bad}\nspec:\n  preSteps:\n  - {name: creds, image: alpine, onError: ignore}\n",
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    let out = bookend(&["validate", "--policies", path]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    let file = dir.path().join("bad.yaml");
+    let prefix = format!(
+        "{}: ClusterStepPolicy/bad: spec.preSteps[0].",
+        file.display()
+    );
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{prefix}name: step name \"creds\" must start with"
+        )),
+        "{stdout}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{prefix}onError: invalid value")),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn render_exit_codes() {
+    let ok = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/build.yaml",
+    ]);
+    assert_eq!(ok.status.code(), Some(0), "{}", text(&ok.stderr));
+
+    let denied = bookend_stdin(
+        &[
+            "render",
+            "--policies",
+            "examples/policies",
+            "-f",
+            "-",
+            "--namespace",
+            "team-a",
+        ],
+        "apiVersion: tekton.dev/v1\nkind: TaskRun\nmetadata: {name: x}\nspec:\n  taskSpec:\n    steps:\n    - {name: bookend-mine, image: alpine}\n",
+    );
+    assert_eq!(denied.status.code(), Some(1));
+    let err = text(&denied.stderr);
+    assert!(
+        err.contains("denied: TaskRun team-a/x: bookend: spec.taskSpec.steps[0].name"),
+        "{err}"
+    );
+
+    let missing = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "nope.yaml",
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
+    let bad_yaml = bookend_stdin(
+        &["render", "--policies", "examples/policies", "-f", "-"],
+        "a: [",
+    );
+    assert_eq!(bad_yaml.status.code(), Some(2));
+    let no_taskrun = bookend_stdin(
+        &["render", "--policies", "examples/policies", "-f", "-"],
+        "kind: Pod\n",
+    );
+    assert_eq!(no_taskrun.status.code(), Some(2));
+    assert!(text(&no_taskrun.stderr).contains("no TaskRun found"));
+    let usage = bookend(&["render", "--bogus"]);
+    assert_eq!(usage.status.code(), Some(2));
+    let bad_policies = bookend(&[
+        "render",
+        "--policies",
+        "Cargo.toml",
+        "-f",
+        "examples/taskruns/build.yaml",
+    ]);
+    assert_eq!(bad_policies.status.code(), Some(2));
+}
+
+#[test]
+fn render_patch_and_json_outputs_agree() {
+    let args = [
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/build.yaml",
+    ];
+    let yaml_out = bookend(&args);
+    let json_out = bookend(&[&args[..], &["-o", "json"]].concat());
+    let patch_out = bookend(&[&args[..], &["-o", "patch"]].concat());
+    let from_yaml: Value = serde_yaml_ng::from_slice(&yaml_out.stdout).unwrap();
+    let from_json: Value = serde_json::from_slice(&json_out.stdout).unwrap();
+    assert_eq!(from_yaml, from_json);
+    let input: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(common::root().join("examples/taskruns/build.yaml")).unwrap(),
+    )
+    .unwrap();
+    let lines: Vec<&str> = std::str::from_utf8(&patch_out.stdout)
+        .unwrap()
+        .lines()
+        .collect();
+    assert_eq!(lines.len(), 1, "one patch per TaskRun");
+    let patch: json_patch::Patch = serde_json::from_str(lines[0]).unwrap();
+    let mut patched = input;
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(patched, from_json);
+}
+
+#[test]
+fn render_explain_and_namespace_labels() {
+    let policy_dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        policy_dir.path().join("p.yaml"),
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: gold}\nspec:\n  match: {namespaceSelector: {matchLabels: {tier: gold}}}\n  preSteps: [{name: bookend-gold, image: alpine}]\n",
+    )
+    .unwrap();
+    let p = policy_dir.path().to_str().unwrap();
+    let args = [
+        "render",
+        "--policies",
+        p,
+        "-f",
+        "examples/taskruns/build.yaml",
+        "--explain",
+        "-o",
+        "json",
+    ];
+    let plain = bookend(&args);
+    let err = text(&plain.stderr);
+    assert!(
+        err.contains(
+            "ClusterStepPolicy/gold (Enforce): not matched: namespaceSelector: needs tier=gold"
+        ),
+        "{err}"
+    );
+    assert!(err.contains("decision: allowed"), "{err}");
+    let gold = bookend(&[&args[..], &["--namespace-labels", "tier=gold"]].concat());
+    let err = text(&gold.stderr);
+    assert!(
+        err.contains("(Enforce): matched: namespaceSelector holds"),
+        "{err}"
+    );
+    let out: Value = serde_json::from_slice(&gold.stdout).unwrap();
+    assert_eq!(out["spec"]["taskSpec"]["steps"][0]["name"], "bookend-gold");
+}
+
+#[test]
+fn render_reads_stdin_like_kubectl_get() {
+    let input = std::fs::read_to_string(common::root().join("examples/taskruns/git.yaml")).unwrap();
+    let out = bookend_stdin(
+        &[
+            "render",
+            "--policies",
+            "examples/policies",
+            "-f",
+            "-",
+            "-o",
+            "patch",
+        ],
+        &input,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("bookend-git-clone"));
+}
+
+#[test]
+fn crds_print_the_generated_definitions() {
+    let out = bookend(&["crds"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stdout), bookend::policy::api::crds_yaml());
+    let docs = bookend::policy::load::yaml_documents(&text(&out.stdout)).unwrap();
+    assert_eq!(docs.len(), 2);
+    assert_eq!(docs[1]["spec"]["names"]["kind"], "ClusterStepPolicy");
+    let description = docs[1]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["postStepsRun"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        description.contains("Always"),
+        "kubectl explain shows field docs"
+    );
+}
+
+/// Golden before/after files: tests/golden/<case>.yaml is the input (its first comment line
+/// holds extra render arguments), tests/golden/<case>.out.yaml the expected output.
+#[test]
+fn golden_files() {
+    let dir = common::root().join("tests/golden");
+    let bless = std::env::var_os("BOOKEND_BLESS").is_some();
+    let mut cases = 0;
+    let mut entries: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    entries.sort();
+    for input in entries {
+        let name = input.file_name().unwrap().to_str().unwrap().to_owned();
+        if !name.ends_with(".yaml") || name.ends_with(".out.yaml") {
+            continue;
+        }
+        cases += 1;
+        let source = std::fs::read_to_string(&input).unwrap();
+        let extra: Vec<&str> = source
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("# args:"))
+            .map(|a| a.split_whitespace().collect())
+            .unwrap_or_default();
+        let input_str = input.to_str().unwrap();
+        let mut args = vec!["render", "--policies", "examples/policies", "-f", input_str];
+        args.extend(extra);
+        let out = bookend(&args);
+        let rendered = format!(
+            "# exit {}\n{}{}",
+            out.status.code().unwrap_or(-1),
+            text(&out.stderr)
+                .lines()
+                .map(|l| format!("# {l}\n"))
+                .collect::<String>(),
+            text(&out.stdout)
+        )
+        .replace(&common::root().display().to_string(), ".");
+        let expected_path = dir.join(name.replace(".yaml", ".out.yaml"));
+        if bless {
+            std::fs::write(&expected_path, &rendered).unwrap();
+            continue;
+        }
+        let expected = std::fs::read_to_string(&expected_path).unwrap_or_else(|_| {
+            panic!(
+                "{} missing: run with BOOKEND_BLESS=1",
+                expected_path.display()
+            )
+        });
+        assert_eq!(
+            rendered, expected,
+            "golden {name} changed; review and bless"
+        );
+    }
+    assert!(
+        cases >= 5,
+        "{cases} golden cases in {}",
+        Path::new(&dir).display()
+    );
+}
