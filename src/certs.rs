@@ -122,7 +122,9 @@ pub fn bundle(hosts: &[String], days: u32) -> Result<Bundle, CertsError> {
 fn leaf_params(hosts: &[String]) -> Result<CertificateParams, CertsError> {
     let mut params = CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
-    params.distinguished_name.push(DnType::CommonName, hosts[0].as_str());
+    params
+        .distinguished_name
+        .push(DnType::CommonName, hosts[0].as_str());
     for host in hosts {
         let san = match host.parse::<IpAddr>() {
             Ok(ip) => SanType::IpAddress(ip),
@@ -154,7 +156,9 @@ fn is_dns_name(host: &str) -> bool {
                 && label.len() <= 63
                 && !label.starts_with('-')
                 && !label.ends_with('-')
-                && label.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
         })
 }
 
@@ -269,7 +273,10 @@ mod tests {
     #[test]
     fn bad_host_names_the_flag() {
         let err = bundle(&["not a host!".to_owned()], 1).unwrap_err();
-        assert!(err.to_string().starts_with("--host \"not a host!\""), "{err}");
+        assert!(
+            err.to_string().starts_with("--host \"not a host!\""),
+            "{err}"
+        );
         assert!(matches!(bundle(&[], 1), Err(CertsError::NoHost)));
     }
 }

@@ -15,8 +15,8 @@ use crate::admission::Summary;
 
 /// Latency buckets in seconds: decisions take microseconds, so the low end is fine-grained.
 pub const DURATION_BUCKETS: [f64; 14] = [
-    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-    0.5, 1.0,
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
 ];
 
 /// Labels of `bookend_admission_requests_total`.

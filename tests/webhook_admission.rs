@@ -113,7 +113,10 @@ async fn mutate_over_http1_and_validate_backstop() {
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     let message = answer["response"]["status"]["message"].as_str().unwrap();
-    assert!(message.contains("ClusterStepPolicy/test-bookends"), "{message}");
+    assert!(
+        message.contains("ClusterStepPolicy/test-bookends"),
+        "{message}"
+    );
     assert!(message.contains("bookend-hello"), "{message}");
 }
 
@@ -170,7 +173,12 @@ async fn validate_refuses_bad_policy_with_field_path() {
         "metadata": {"name": "other"},
         "spec": {"preSteps": [{"name": "bookend-other", "image": "busybox", "command": ["true"]}]}
     });
-    let (status, answer) = post(&client, &server.url("/validate"), body(&policy_review(good.clone()))).await;
+    let (status, answer) = post(
+        &client,
+        &server.url("/validate"),
+        body(&policy_review(good.clone())),
+    )
+    .await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
 
@@ -186,7 +194,12 @@ async fn validate_refuses_bad_policy_with_field_path() {
     // A step name already owned by a loaded policy.
     let mut clash = good;
     clash["spec"]["preSteps"][0]["name"] = json!("bookend-hello");
-    let (_, answer) = post(&client, &server.url("/validate"), body(&policy_review(clash))).await;
+    let (_, answer) = post(
+        &client,
+        &server.url("/validate"),
+        body(&policy_review(clash)),
+    )
+    .await;
     assert_eq!(answer["response"]["allowed"], false, "{answer}");
     let message = answer["response"]["status"]["message"].as_str().unwrap();
     assert!(message.contains("spec.preSteps[0].name"), "{message}");
@@ -212,7 +225,11 @@ async fn bad_input_matrix_gets_documented_statuses_and_server_stays_up() {
     let cases: Vec<(&str, Vec<u8>, u16)> = vec![
         ("not JSON", b"this is not json".to_vec(), 400),
         ("empty body", Vec::new(), 400),
-        ("JSON but not an AdmissionReview", b"{\"foo\": 1}".to_vec(), 400),
+        (
+            "JSON but not an AdmissionReview",
+            b"{\"foo\": 1}".to_vec(),
+            400,
+        ),
         ("AdmissionReview without request", body(&no_request), 400),
         ("no uid", body(&no_uid), 400),
         ("wrong kind", body(&wrong_kind), 400),
@@ -320,7 +337,12 @@ async fn admin_endpoints_expose_health_and_every_metric_family() {
     ] {
         assert!(text.contains(family), "missing {family:?} in\n{text}");
     }
-    assert!(server.metric("bookend_certificate_expiry_timestamp_seconds").await > 1.7e9);
+    assert!(
+        server
+            .metric("bookend_certificate_expiry_timestamp_seconds")
+            .await
+            > 1.7e9
+    );
     // The admin port is plain HTTP and has no webhook routes.
     let response = admin
         .post(format!("http://{}/mutate", server.admin))
@@ -344,10 +366,14 @@ async fn client_ca_requires_a_client_certificate() {
         .body(review.clone())
         .send()
         .await;
-    assert!(refused.is_err(), "a client without a certificate is refused");
+    assert!(
+        refused.is_err(),
+        "a client without a certificate is refused"
+    );
 
     let identity =
-        reqwest::Identity::from_pem(server.ca.client_identity("kube-apiserver").as_bytes()).unwrap();
+        reqwest::Identity::from_pem(server.ca.client_identity("kube-apiserver").as_bytes())
+            .unwrap();
     let client = server.client().identity(identity).build().unwrap();
     let (status, answer) = post(&client, &server.url("/mutate"), review).await;
     assert_eq!(status, 200, "{answer}");

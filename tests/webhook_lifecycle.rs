@@ -62,7 +62,11 @@ async fn read_response(stream: &mut tokio_rustls::client::TlsStream<TcpStream>) 
             }
         }
         let n = stream.read(&mut chunk).await.unwrap_or(0);
-        assert!(n > 0, "connection closed before a full response: {:?}", String::from_utf8_lossy(&buf));
+        assert!(
+            n > 0,
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
         buf.extend_from_slice(&chunk[..n]);
     }
 }
@@ -92,11 +96,21 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 let client = if fresh {
-                    server.client().http1_only().pool_max_idle_per_host(0).build().unwrap()
+                    server
+                        .client()
+                        .http1_only()
+                        .pool_max_idle_per_host(0)
+                        .build()
+                        .unwrap()
                 } else {
                     keep.clone()
                 };
-                match client.post(server.url("/mutate")).body(review.clone()).send().await {
+                match client
+                    .post(server.url("/mutate"))
+                    .body(review.clone())
+                    .send()
+                    .await
+                {
                     Ok(r) if r.status() == 200 => {
                         ok.fetch_add(1, Ordering::Relaxed);
                     }
@@ -126,18 +140,22 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
     .serial;
     assert_ne!(old_serial, new_serial);
 
-    eventually("a new handshake to see the new serial", Duration::from_secs(10), || {
-        let server = server.clone();
-        let review = review.clone();
-        let new_serial = new_serial.clone();
-        async move {
-            let client = server.client().pool_max_idle_per_host(0).build().unwrap();
-            match client.post(server.url("/mutate")).body(review).send().await {
-                Ok(r) => peer_serial(&r) == new_serial,
-                Err(_) => false,
+    eventually(
+        "a new handshake to see the new serial",
+        Duration::from_secs(10),
+        || {
+            let server = server.clone();
+            let review = review.clone();
+            let new_serial = new_serial.clone();
+            async move {
+                let client = server.client().pool_max_idle_per_host(0).build().unwrap();
+                match client.post(server.url("/mutate")).body(review).send().await {
+                    Ok(r) => peer_serial(&r) == new_serial,
+                    Err(_) => false,
+                }
             }
-        }
-    })
+        },
+    )
     .await;
     // The new name in the new certificate works.
     let rotated = server
@@ -146,7 +164,10 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
         .build()
         .unwrap();
     let response = rotated
-        .post(format!("https://rotated.bookend.test:{}/mutate", server.addr.port()))
+        .post(format!(
+            "https://rotated.bookend.test:{}/mutate",
+            server.addr.port()
+        ))
         .body(review.clone())
         .send()
         .await
@@ -155,15 +176,22 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
 
     // Keep the load running across the swap for a little longer, then stop.
     let before = ok.load(Ordering::Relaxed);
-    eventually("more requests after the swap", Duration::from_secs(10), || {
-        let ok = ok.clone();
-        async move { ok.load(Ordering::Relaxed) > before + 10 }
-    })
+    eventually(
+        "more requests after the swap",
+        Duration::from_secs(10),
+        || {
+            let ok = ok.clone();
+            async move { ok.load(Ordering::Relaxed) > before + 10 }
+        },
+    )
     .await;
     stop.store(true, Ordering::Relaxed);
     for worker in workers {
         let failures = worker.await.unwrap();
-        assert!(failures.is_empty(), "failed requests during rotation: {failures:?}");
+        assert!(
+            failures.is_empty(),
+            "failed requests during rotation: {failures:?}"
+        );
     }
     assert_eq!(
         server
@@ -178,14 +206,18 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
         .secret
         .update(&[("tls.crt", &cert), ("tls.key", &other_key), ("ca.crt", &ca)]);
     let s = server.clone();
-    eventually("the broken pair to be refused", Duration::from_secs(10), move || {
-        let s = s.clone();
-        async move {
-            s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-                .await
-                == 1.0
-        }
-    })
+    eventually(
+        "the broken pair to be refused",
+        Duration::from_secs(10),
+        move || {
+            let s = s.clone();
+            async move {
+                s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
+                    .await
+                    == 1.0
+            }
+        },
+    )
     .await;
     let client = server.client().pool_max_idle_per_host(0).build().unwrap();
     let response = client
@@ -197,18 +229,24 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
     assert_eq!(response.status(), 200);
     assert_eq!(peer_serial(&response), new_serial);
     // Garbage is refused too.
-    server
-        .secret
-        .update(&[("tls.crt", "not a certificate"), ("tls.key", &key), ("ca.crt", &ca)]);
+    server.secret.update(&[
+        ("tls.crt", "not a certificate"),
+        ("tls.key", &key),
+        ("ca.crt", &ca),
+    ]);
     let s = server.clone();
-    eventually("garbage to be refused", Duration::from_secs(10), move || {
-        let s = s.clone();
-        async move {
-            s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-                .await
-                == 2.0
-        }
-    })
+    eventually(
+        "garbage to be refused",
+        Duration::from_secs(10),
+        move || {
+            let s = s.clone();
+            async move {
+                s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
+                    .await
+                    == 2.0
+            }
+        },
+    )
     .await;
     let response = client
         .post(server.url("/mutate"))
@@ -254,16 +292,23 @@ async fn policy_reload_keeps_last_good_set_on_a_broken_file() {
         "20-broken.yaml",
         &SECOND_POLICY.replace("image:", "imagee:"),
     );
-    eventually("the broken reload to be counted", Duration::from_secs(10), || async {
-        server
-            .metric(r#"bookend_policy_reloads_total{result="error"}"#)
-            .await
-            == 1.0
-    })
+    eventually(
+        "the broken reload to be counted",
+        Duration::from_secs(10),
+        || async {
+            server
+                .metric(r#"bookend_policy_reloads_total{result="error"}"#)
+                .await
+                == 1.0
+        },
+    )
     .await;
     let (status, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
     assert_eq!(status, 200);
-    assert_eq!(injected_steps(&answer, object), ["bookend-hello", "bookend-bye"]);
+    assert_eq!(
+        injected_steps(&answer, object),
+        ["bookend-hello", "bookend-bye"]
+    );
     assert_eq!(server.metric("bookend_policies_loaded").await, 1.0);
     let ready = reqwest::get(format!("http://{}/readyz", server.admin))
         .await
@@ -313,9 +358,11 @@ async fn shutdown_finishes_requests_in_flight() {
         stream.flush().await.unwrap();
         streams.push(stream);
     }
-    eventually("three requests in flight", Duration::from_secs(10), || async {
-        server.metric("bookend_admission_in_flight").await == 3.0
-    })
+    eventually(
+        "three requests in flight",
+        Duration::from_secs(10),
+        || async { server.metric("bookend_admission_in_flight").await == 3.0 },
+    )
     .await;
 
     server.trigger_shutdown();
@@ -415,8 +462,10 @@ async fn slow_clients_are_cut_off_and_do_not_stall_others() {
     let mut stream = raw_tls(&server).await;
     stream
         .write_all(
-            format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 100\r\n\r\n{{\"kind\"")
-                .as_bytes(),
+            format!(
+                "POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 100\r\n\r\n{{\"kind\""
+            )
+            .as_bytes(),
         )
         .await
         .unwrap();
@@ -425,6 +474,9 @@ async fn slow_clients_are_cut_off_and_do_not_stall_others() {
         .expect("a 408 in time");
     assert_eq!(status, 408);
     let answer: Value = serde_json::from_slice(&body).unwrap();
-    assert!(answer["error"].as_str().unwrap().contains("timeout"), "{answer}");
+    assert!(
+        answer["error"].as_str().unwrap().contains("timeout"),
+        "{answer}"
+    );
     let _ = json!(null);
 }

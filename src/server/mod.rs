@@ -233,8 +233,8 @@ fn readable(flag: &'static str, path: &Path) -> Result<(), Error> {
 /// development CA and serving pair into `certs/` (for localhost, 127.0.0.1, ::1 and the
 /// listen address). Returns the CA path when it did.
 pub fn ensure_dev_certificate(args: &ServeArgs) -> Result<Option<PathBuf>, Error> {
-    let defaults = args.tls_cert == Path::new(DEFAULT_TLS_CERT)
-        && args.tls_key == Path::new(DEFAULT_TLS_KEY);
+    let defaults =
+        args.tls_cert == Path::new(DEFAULT_TLS_CERT) && args.tls_key == Path::new(DEFAULT_TLS_KEY);
     if !defaults || args.tls_cert.exists() || args.tls_key.exists() {
         return Ok(None);
     }

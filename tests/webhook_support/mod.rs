@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bookend::policy::Settings;
-use bookend::server::{self, Config, TestHooks};
 use bookend::server::tls::TlsFiles;
+use bookend::server::{self, Config, TestHooks};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -28,7 +28,9 @@ pub const SAMPLE: &str = "/work/shared/samples/admission-review-taskrun-pipeline
 /// The sample AdmissionReview (a PipelineRun-owned TaskRun CREATE in team-a).
 pub fn sample_review() -> Value {
     let text = std::fs::read_to_string(SAMPLE)
-        .or_else(|_| std::fs::read_to_string("tests/fixtures/admission-review-taskrun-pipeline.json"))
+        .or_else(|_| {
+            std::fs::read_to_string("tests/fixtures/admission-review-taskrun-pipeline.json")
+        })
         .expect("sample AdmissionReview");
     serde_json::from_str(&text).expect("sample is JSON")
 }
