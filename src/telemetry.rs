@@ -1,6 +1,8 @@
 //! Logging: `tracing` to stderr as text or JSON lines, filtered by `--log-level` (an
 //! `EnvFilter` directive such as `info` or `bookend=debug,hyper=warn`; `RUST_LOG` wins when set).
 
+use std::io::IsTerminal;
+
 use clap::ValueEnum;
 use tracing_subscriber::EnvFilter;
 
@@ -20,6 +22,7 @@ pub fn init(format: LogFormat, level: &str) {
         .unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),

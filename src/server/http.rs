@@ -72,7 +72,7 @@ async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> R
         uid = Empty,
         kind = Empty,
         namespace = Empty,
-        name = Empty,
+        object_name = Empty,
         operation = Empty,
         dry_run = Empty,
         outcome = Empty,
@@ -190,7 +190,7 @@ fn record(summary: &Summary, latency: Duration) {
         span.record("namespace", summary.namespace.as_str());
     }
     if !summary.name.is_empty() {
-        span.record("name", summary.name.as_str());
+        span.record("object_name", summary.name.as_str());
     }
     if !summary.operation.is_empty() {
         span.record("operation", summary.operation.as_str());

@@ -184,19 +184,30 @@ pub fn cert_info(der: &[u8]) -> Result<CertInfo, String> {
         .subject_alternative_name()
         .ok()
         .flatten()
-        .map(|ext| {
-            ext.value
-                .general_names
-                .iter()
-                .map(|n| n.to_string())
-                .collect()
-        })
+        .map(|ext| ext.value.general_names.iter().map(san_text).collect())
         .unwrap_or_default();
     Ok(CertInfo {
         serial: cert.raw_serial_as_string().replace(':', ""),
         not_after: cert.validity().not_after.timestamp(),
         sans,
     })
+}
+
+fn san_text(name: &x509_parser::extensions::GeneralName<'_>) -> String {
+    use x509_parser::extensions::GeneralName;
+    match name {
+        GeneralName::DNSName(dns) => (*dns).to_owned(),
+        GeneralName::IPAddress(bytes) => match bytes.len() {
+            4 => <[u8; 4]>::try_from(*bytes)
+                .map(|b| std::net::IpAddr::from(b).to_string())
+                .unwrap_or_default(),
+            16 => <[u8; 16]>::try_from(*bytes)
+                .map(|b| std::net::IpAddr::from(b).to_string())
+                .unwrap_or_default(),
+            _ => format!("{bytes:02x?}"),
+        },
+        other => other.to_string(),
+    }
 }
 
 /// What the last poll saw: the digest of good or bad contents, or a read error.

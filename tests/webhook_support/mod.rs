@@ -23,16 +23,13 @@ use tokio::task::JoinHandle;
 /// The name the serving certificate is for; clients resolve it to the bound address.
 pub const HOST: &str = "bookend.test";
 
-pub const SAMPLE: &str = "/work/shared/samples/admission-review-taskrun-pipeline.json";
+/// A TaskRun CREATE as the API server sends it for a PipelineRun-owned TaskRun in team-a
+/// (a copy of `shared/samples/admission-review-taskrun-pipeline.json`).
+pub const SAMPLE: &str = include_str!("admission-review-taskrun-pipeline.json");
 
-/// The sample AdmissionReview (a PipelineRun-owned TaskRun CREATE in team-a).
+/// The sample AdmissionReview, parsed.
 pub fn sample_review() -> Value {
-    let text = std::fs::read_to_string(SAMPLE)
-        .or_else(|_| {
-            std::fs::read_to_string("tests/fixtures/admission-review-taskrun-pipeline.json")
-        })
-        .expect("sample AdmissionReview");
-    serde_json::from_str(&text).expect("sample is JSON")
+    serde_json::from_str(SAMPLE).expect("sample is JSON")
 }
 
 /// One pre-step and one post-step for every TaskRun in team-* namespaces.
