@@ -24,7 +24,8 @@ pub const DURATION_BUCKETS: [f64; 14] = [
 pub struct RequestLabels {
     /// `mutate` or `validate`.
     pub endpoint: &'static str,
-    /// CREATE, UPDATE, … (`unknown` for malformed requests).
+    /// CREATE, UPDATE, DELETE, CONNECT; `unknown` when the request was unreadable, `other`
+    /// for anything else.
     pub operation: String,
     /// allowed, mutated, denied or error.
     pub outcome: &'static str,
@@ -162,11 +163,13 @@ impl Metrics {
 
     /// Records one answered review.
     pub fn observe_review(&self, endpoint: &'static str, summary: &Summary, seconds: f64) {
-        let operation = if summary.operation.is_empty() {
-            "unknown".to_owned()
-        } else {
-            summary.operation.clone()
-        };
+        // A closed set: the operation comes from the request and must not grow the series.
+        let operation = match summary.operation.as_str() {
+            "" => "unknown",
+            op @ ("CREATE" | "UPDATE" | "DELETE" | "CONNECT") => op,
+            _ => "other",
+        }
+        .to_owned();
         let outcome = if summary.outcome.is_empty() {
             "error"
         } else {

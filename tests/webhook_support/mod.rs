@@ -145,6 +145,9 @@ impl SecretDir {
 
 /// How to start a test server.
 pub struct Options {
+    /// Policy paths; default: one directory holding [`POLICY`].
+    pub policies: Option<Vec<PathBuf>>,
+    pub tasks: Vec<PathBuf>,
     pub client_ca: bool,
     pub hooks: TestHooks,
     pub header_read_timeout: Duration,
@@ -156,6 +159,8 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
+            policies: None,
+            tasks: Vec::new(),
             client_ca: false,
             hooks: TestHooks::default(),
             header_read_timeout: Duration::from_secs(5),
@@ -193,8 +198,8 @@ impl TestServer {
         std::fs::create_dir_all(&policy_dir).unwrap();
         std::fs::write(policy_dir.join("10-test.yaml"), POLICY).unwrap();
         let config = Config {
-            policies: vec![policy_dir.clone()],
-            tasks: Vec::new(),
+            policies: options.policies.unwrap_or_else(|| vec![policy_dir.clone()]),
+            tasks: options.tasks,
             settings: Settings::default(),
             tls: TlsFiles {
                 cert: secret.path("tls.crt"),
