@@ -485,3 +485,74 @@ async fn slow_clients_are_cut_off_and_do_not_stall_others() {
         "{answer}"
     );
 }
+
+const TASK: &str = r#"apiVersion: tekton.dev/v1
+kind: Task
+metadata:
+  name: unit-tests
+  namespace: team-a
+spec:
+  steps:
+    - name: test
+      image: docker.io/library/golang:1.23
+      command: ["go", "test", "./..."]
+"#;
+
+#[tokio::test]
+async fn tasks_are_reloaded_too() {
+    let tmp = tempfile::tempdir().unwrap();
+    let tasks = tmp.path().join("tasks");
+    std::fs::create_dir_all(&tasks).unwrap();
+    let server = TestServer::start(Options {
+        tasks: vec![tasks.clone()],
+        ..Options::default()
+    })
+    .await;
+    let review = serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "taskref-1",
+            "kind": {"group": "tekton.dev", "version": "v1", "kind": "TaskRun"},
+            "resource": {"group": "tekton.dev", "version": "v1", "resource": "taskruns"},
+            "name": "unit-tests-run",
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "userInfo": {"username": "tester"},
+            "object": {
+                "apiVersion": "tekton.dev/v1",
+                "kind": "TaskRun",
+                "metadata": {"name": "unit-tests-run", "namespace": "team-a"},
+                "spec": {"taskRef": {"name": "unit-tests"}}
+            }
+        }
+    });
+    let client = server.h2();
+    let (status, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], false, "{answer}");
+    let message = answer["response"]["status"]["message"].as_str().unwrap();
+    assert!(message.contains("spec.taskRef.name"), "{message}");
+
+    let tmp_file = tmp.path().join("task.tmp");
+    std::fs::write(&tmp_file, TASK).unwrap();
+    std::fs::rename(&tmp_file, tasks.join("unit-tests.yaml")).unwrap();
+    eventually("the tasks reload", Duration::from_secs(10), || async {
+        server
+            .metric(r#"bookend_policy_reloads_total{result="success"}"#)
+            .await
+            == 1.0
+    })
+    .await;
+    let (status, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
+    assert_eq!(status, 200);
+    assert_eq!(answer["response"]["allowed"], true, "{answer}");
+    let patched = apply_patch(&answer, &review["request"]["object"]);
+    let names: Vec<&str> = patched["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(names, ["bookend-hello", "test", "bookend-bye"]);
+}
