@@ -86,6 +86,14 @@ struct RequestIn {
     object: Option<Value>,
     #[serde(default)]
     dry_run: Option<bool>,
+    #[serde(default)]
+    user_info: UserInfo,
+}
+
+#[derive(Deserialize, Default)]
+struct UserInfo {
+    #[serde(default)]
+    username: String,
 }
 
 #[derive(Deserialize, Default)]
@@ -197,6 +205,16 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
                 Err(reason) => return bad_request(summary, reason),
             }
         }
+        (Endpoint::Mutate, tekton::GROUP, "Task")
+            if request.operation == "CREATE"
+                && summary.dry_run
+                && request.user_info.username == set.settings().tekton_controller =>
+        {
+            match resolved_task(&request, set, lookup, &mut summary) {
+                Ok(answer) => answer,
+                Err(reason) => return bad_request(summary, reason),
+            }
+        }
         (Endpoint::Validate, crate::policy::api::GROUP, "ClusterStepPolicy" | "StepPolicy")
             if matches!(request.operation.as_str(), "CREATE" | "UPDATE") =>
         {
@@ -303,6 +321,34 @@ fn taskrun(
         Endpoint::Mutate => mutate_answer(decision, summary),
         Endpoint::Validate => backstop_answer(object, decision),
     })
+}
+
+/// The dry-run Task CREATE of Tekton's controller for a remotely resolved Task.
+fn resolved_task(
+    request: &RequestIn,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    summary: &mut Summary,
+) -> Result<Answer, String> {
+    let object = request
+        .object
+        .as_ref()
+        .ok_or_else(|| "request.object is missing".to_owned())?;
+    let namespace = request
+        .namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "request.namespace is missing".to_owned())?;
+    let decision = engine::decide_resolved_task(
+        Request {
+            object,
+            namespace,
+            dry_run: true,
+        },
+        set,
+        lookup,
+    );
+    Ok(mutate_answer(decision, summary))
 }
 
 fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {

@@ -45,6 +45,10 @@ pub struct EngineArgs {
     /// Image of the gate and verdict steps of `postStepsRun: Always` (needs /bin/sh).
     #[arg(long, default_value = crate::policy::DEFAULT_HELPER_IMAGE, env = "BOOKEND_HELPER_IMAGE")]
     pub helper_image: String,
+    /// User of Tekton's controller: its dry-run Task CREATEs (remote Task resolution) get the
+    /// steps of policies whose criteria are all namespace-level.
+    #[arg(long, default_value = crate::policy::DEFAULT_TEKTON_CONTROLLER, env = "BOOKEND_TEKTON_CONTROLLER")]
+    pub tekton_controller: String,
 }
 
 impl EngineArgs {
@@ -52,6 +56,7 @@ impl EngineArgs {
         Settings {
             prefix: self.reserved_prefix.clone(),
             helper_image: self.helper_image.clone(),
+            tekton_controller: self.tekton_controller.clone(),
         }
     }
 }
@@ -222,6 +227,10 @@ impl Lookup for RenderLookup<'_> {
 
     fn task(&self, namespace: &str, name: &str) -> Option<TaskObject> {
         self.catalog.task(namespace, name)
+    }
+
+    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        self.catalog.step_action_exists(namespace, name)
     }
 }
 

@@ -21,6 +21,7 @@
 pub mod admission;
 pub mod certs;
 pub mod cli;
+pub mod cluster;
 pub mod engine;
 pub mod metrics;
 pub mod patch;

@@ -346,3 +346,35 @@ fn the_real_apiserver_sample_is_mutated() {
     );
     assert_eq!(reply.summary.outcome, "mutated");
 }
+
+#[test]
+fn the_controllers_dry_run_task_create_is_injected() {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task", "metadata": {"name": "x"},
+                      "spec": {"steps": [{"name": "build", "image": "go"}]}});
+    let body = |user: &str, dry_run: bool| {
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "t", "operation": "CREATE", "namespace": "team-a", "dryRun": dry_run,
+                        "kind": {"group": "tekton.dev", "version": "v1", "kind": "Task"},
+                        "userInfo": {"username": user}, "object": task}
+        }))
+        .unwrap()
+    };
+    let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
+    let r = response(&review(
+        Endpoint::Mutate,
+        &body(controller, true),
+        &set(),
+        &Catalog::default(),
+    ));
+    assert_eq!(decoded_patch(&r)[1]["path"], "/spec/steps/0");
+    for (user, dry_run) in [("alice", true), (controller, false)] {
+        let r = response(&review(
+            Endpoint::Mutate,
+            &body(user, dry_run),
+            &set(),
+            &Catalog::default(),
+        ));
+        assert!(r.get("patch").is_none(), "{user} {dry_run}");
+    }
+}

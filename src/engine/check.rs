@@ -19,6 +19,7 @@ pub fn check(
     kinds: &[StepKind],
     applied: &[&Policy],
     run_params: &[Value],
+    context: &super::Context<'_>,
 ) -> Result<(), Denial> {
     let steps = task_spec
         .get("steps")
@@ -113,6 +114,23 @@ pub fn check(
                     ),
                 ));
             }
+        }
+        if let Some(action) = step
+            .get("ref")
+            .filter(|r| r.get("resolver").is_none())
+            .and_then(|r| r.get("name"))
+            .and_then(Value::as_str)
+            && context.lookup.step_action_exists(context.namespace, action) == Some(false)
+        {
+            return Err(Denial::step(
+                policy,
+                &name,
+                at(i, "ref.name"),
+                format!(
+                    "StepAction {action:?} does not exist in namespace {}; create it there, or reference it with the cluster resolver",
+                    context.namespace
+                ),
+            ));
         }
         let mut refs = Vec::new();
         collect_refs(step, "", &mut refs);

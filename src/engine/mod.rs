@@ -104,6 +104,9 @@ impl TaskObject {
 pub trait Lookup: Send + Sync {
     fn namespace_labels(&self, namespace: &str) -> Option<Labels>;
     fn task(&self, namespace: &str, name: &str) -> Option<TaskObject>;
+    /// Whether a StepAction exists: `None` when this lookup does not know StepActions (then
+    /// bookend does not check a policy's `ref.name`).
+    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool>;
 }
 
 /// A [`Lookup`] held in memory (files mode, `render`, tests).
@@ -174,6 +177,14 @@ impl Lookup for Catalog {
         self.tasks
             .get(&(namespace.to_owned(), name.to_owned()))
             .cloned()
+    }
+
+    // Offline, StepActions are only known when some were given; without any, do not guess.
+    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        (!self.step_actions.is_empty()).then(|| {
+            self.step_actions
+                .contains_key(&(namespace.to_owned(), name.to_owned()))
+        })
     }
 }
 
@@ -391,6 +402,96 @@ pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Dec
     decision
 }
 
+/// Where the TaskRun is created, and what else bookend can look up there.
+pub struct Context<'a> {
+    pub namespace: &'a str,
+    pub lookup: &'a dyn Lookup,
+}
+
+/// Tekton's controller dry-run-creates every remotely resolved Task and runs the object the
+/// API server returns (research/tekton.md §5.3): bookend injects into that Task. Only policies
+/// whose criteria are all namespace-level apply, since the Task carries nothing of the TaskRun
+/// (its labels, its origin) that it will run for.
+pub fn decide_resolved_task(
+    request: Request<'_>,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+) -> Decision {
+    let mut decision = Decision::new(request.object);
+    let task = request.object;
+    let Some(version) = task
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .and_then(ApiVersion::parse)
+        .filter(|_| task.get("kind").and_then(Value::as_str) == Some("Task"))
+    else {
+        return decision;
+    };
+    let namespace_labels = lookup
+        .namespace_labels(request.namespace)
+        .unwrap_or_default();
+    let no_labels = Labels::new();
+    let subject = Subject {
+        namespace: request.namespace,
+        namespace_labels: &namespace_labels,
+        labels: &no_labels,
+        origin: tekton::Origin::Standalone,
+    };
+    let applied: Vec<&Policy> = set
+        .candidates(request.namespace)
+        .into_iter()
+        .filter(|p| {
+            p.spec.mode == Mode::Enforce
+                && p.namespace_level_only()
+                && matches!(p.verdict(&subject), Verdict::Matched(_))
+        })
+        .collect();
+    let mut taskrun = serde_json::json!({
+        "apiVersion": version.as_str(),
+        "kind": "TaskRun",
+        "metadata": task.get("metadata").cloned().unwrap_or(Value::Object(Map::new())),
+        "spec": {"taskSpec": task.get("spec").cloned().unwrap_or(Value::Null)},
+    });
+    if let Some(meta) = taskrun["metadata"].as_object_mut() {
+        meta.retain(|k, _| k == "annotations");
+    }
+    let result = inject_into(
+        &taskrun,
+        version,
+        &applied,
+        set,
+        &Context {
+            namespace: request.namespace,
+            lookup,
+        },
+        &mut decision.warnings,
+    );
+    let injected = match result {
+        Err(denial) => return decision.deny(denial),
+        Ok(None) => return decision,
+        Ok(Some(object)) => object,
+    };
+    taskrun = injected;
+    let mut new_task = task.clone();
+    new_task["spec"] = taskrun["spec"]["taskSpec"].take();
+    if let Some(record) = taskrun["metadata"]["annotations"].get(record::ANNOTATION) {
+        map_entry(metadata_mut(&mut new_task), "annotations")
+            .insert(record::ANNOTATION.to_owned(), record.clone());
+    }
+    let ops = patch::diff(task, &new_task);
+    if ops.is_empty() {
+        return decision;
+    }
+    decision.injected = applied
+        .iter()
+        .map(|p| (p.id.to_string(), p.step_names().count()))
+        .collect();
+    decision.outcome = Outcome::Mutated;
+    decision.patch = ops;
+    decision.object = new_task;
+    decision
+}
+
 struct Plan {
     /// `Ok(Some(object))` to admit `object`, `Ok(None)` to admit unchanged.
     outcome: Result<Option<Value>, Denial>,
@@ -407,9 +508,14 @@ fn plan(
 ) -> Plan {
     let mut warnings = Vec::new();
     let outcome = match view.task_source() {
-        TaskSource::Inline => {
-            inject_into(view.object, view.api_version, applied, set, &mut warnings)
-        }
+        TaskSource::Inline => inject_into(
+            view.object,
+            view.api_version,
+            applied,
+            set,
+            &Context { namespace, lookup },
+            &mut warnings,
+        ),
         TaskSource::LocalRef { name } => {
             plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
         }
@@ -531,7 +637,15 @@ fn plan_local_ref(
     };
     map_entry(meta, "annotations").insert(INLINED_ANNOTATION.to_owned(), Value::String(origin));
     Ok(Some(
-        inject_into(&object, view.api_version, &inline, set, warnings)?.unwrap_or(object),
+        inject_into(
+            &object,
+            view.api_version,
+            &inline,
+            set,
+            &Context { namespace, lookup },
+            warnings,
+        )?
+        .unwrap_or(object),
     ))
 }
 
@@ -563,6 +677,7 @@ fn inject_into(
     version: ApiVersion,
     applied: &[&Policy],
     set: &PolicySet,
+    context: &Context<'_>,
     warnings: &mut Vec<String>,
 ) -> Result<Option<Value>, Denial> {
     let view = TaskRunView {
@@ -627,7 +742,7 @@ fn inject_into(
     let spec_obj = new_spec.as_object_mut().expect("taskSpec is an object");
     spec_obj.insert("steps".to_owned(), Value::Array(final_steps));
     merge_volumes(spec_obj, applied, set, record.as_ref())?;
-    check::check(&new_spec, &composed.kinds, applied, run_params)?;
+    check::check(&new_spec, &composed.kinds, applied, run_params, context)?;
 
     let mut object = object.clone();
     object["spec"]["taskSpec"] = new_spec;

@@ -883,3 +883,91 @@ mod properties {
         }
     }
 }
+
+#[test]
+fn a_missing_step_action_is_denied_when_step_actions_are_known() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: clone}
+spec:
+  preSteps: [{name: bookend-clone, ref: {name: git-clone}}]
+"#,
+    );
+    let object = taskrun(json!([{"name": "build", "image": "go"}]));
+    // Unknown StepActions (no cache, nothing given offline): not checked.
+    assert_eq!(run(&set, &object).outcome, Outcome::Mutated);
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1beta1", "kind": "StepAction", "metadata": {"name": "other"}})],
+        "team-a",
+    );
+    let m = run_with(&set, &object, &catalog).message.unwrap();
+    assert!(
+        m.contains("ref.name: StepAction \"git-clone\" does not exist in namespace team-a"),
+        "{m}"
+    );
+    catalog.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1beta1", "kind": "StepAction", "metadata": {"name": "git-clone"}})],
+        "team-a",
+    );
+    assert_eq!(run_with(&set, &object, &catalog).outcome, Outcome::Mutated);
+}
+
+#[test]
+fn resolved_tasks_get_namespace_level_policies_only() {
+    let set = policies(&format!(
+        "{PRE_POST}---\n{}",
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: labelled}
+spec:
+  match: {selector: {matchLabels: {team: a}}}
+  preSteps: [{name: bookend-labelled, image: alpine}]
+"#
+    ));
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "3f1c", "namespace": "team-a"},
+        "spec": {"params": [{"name": "x"}], "steps": [{"name": "build", "image": "go"}]}});
+    let request = Request {
+        object: &task,
+        namespace: "team-a",
+        dry_run: true,
+    };
+    let d = decide_resolved_task(request, &set, &Catalog::default());
+    assert_eq!(d.outcome, Outcome::Mutated);
+    let names: Vec<&str> = d.object["spec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "bookend-outer-pre",
+            "bookend-inner-pre",
+            "build",
+            "bookend-inner-post",
+            "bookend-outer-post"
+        ]
+    );
+    assert_eq!(d.object["spec"]["params"], json!([{"name": "x"}]));
+    assert!(
+        d.object["metadata"]["annotations"]
+            .get(record::ANNOTATION)
+            .is_some()
+    );
+    assert_eq!(apply(&task, &d.patch), d.object);
+    let again = decide_resolved_task(
+        Request {
+            object: &d.object,
+            ..request
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert!(again.patch.is_empty(), "{:?}", again.patch);
+}

@@ -25,18 +25,25 @@ pub struct Settings {
     pub prefix: String,
     /// Image of the gate and verdict steps of `postStepsRun: Always` (needs `/bin/sh`).
     pub helper_image: String,
+    /// The user Tekton's controller acts as; its dry-run Task CREATEs (remote resolution) get
+    /// the policies' steps too.
+    pub tekton_controller: String,
 }
 
 /// Default reserved prefix.
 pub const DEFAULT_PREFIX: &str = "bookend-";
 /// Default helper image for gate and verdict steps.
 pub const DEFAULT_HELPER_IMAGE: &str = "docker.io/library/busybox:1.37";
+/// Default user of Tekton's controller.
+pub const DEFAULT_TEKTON_CONTROLLER: &str =
+    "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
 
 impl Default for Settings {
     fn default() -> Self {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
             helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
+            tekton_controller: DEFAULT_TEKTON_CONTROLLER.to_owned(),
         }
     }
 }
@@ -206,6 +213,14 @@ impl Policy {
                 None => Verdict::Matched(why),
             },
         }
+    }
+
+    /// Whether every criterion is about the namespace (no TaskRun labels, no origin), so the
+    /// policy can be evaluated without a TaskRun (Tekton's dry-run Task CREATE).
+    pub fn namespace_level_only(&self) -> bool {
+        [&self.matcher, &self.excluder]
+            .iter()
+            .all(|m| m.selector.is_none() && m.origin == api::OriginMatch::Any)
     }
 
     /// Names of the steps this policy injects, pre-steps first.

@@ -34,6 +34,11 @@ ETCD_VERSION=$(modver "$K8SBINS" go.etcd.io/etcd/server/v3)
 TEKTON_VERSION=$(modver "$TVDIR" github.com/tektoncd/pipeline)
 BIN="$E2E_DIR/bin/$K8S_VERSION"
 mkdir -p "$BIN"
+# one build at a time (e.g. two test binaries calling this script concurrently)
+if command -v flock >/dev/null; then
+  exec 9>"$E2E_DIR/bin/.lock"
+  flock 9
+fi
 ln -sfn "$K8S_VERSION" "$E2E_DIR/bin/current"
 
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
@@ -86,7 +91,10 @@ build tekton-validate "$TVDIR"   .                                     "-s -w"
 #     Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster. With None the
 #     apiserver only rewrites apiVersion, v1beta1-only fields are NOT converted: send tekton.dev/v1.
 CRDS="$BIN/crds"
-if wanted crds; then
+if wanted crds && [[ $FORCE != 1 && -f $CRDS/TEKTON_VERSION && $(cat "$CRDS/TEKTON_VERSION") == "$TEKTON_VERSION" \
+  && -f $CRDS/300-taskrun.yaml && -f $CRDS/300-task.yaml && -f $CRDS/300-stepaction.yaml ]]; then
+  echo "build-tools: crds: up to date, skipped ($CRDS)"
+elif wanted crds; then
   t0=$SECONDS
   moddir=$(cd "$TVDIR" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')

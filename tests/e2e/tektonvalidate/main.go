@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -36,7 +37,6 @@ import (
 	v1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	authenticationv1 "k8s.io/api/authentication/v1"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"knative.dev/pkg/apis"
 	kjson "knative.dev/pkg/webhook/json"
@@ -373,13 +373,14 @@ func validateObject(ctx context.Context, file string, doc int, js json.RawMessag
 	// Between mutating and validating admission the apiserver's registry store turns
 	// metadata.generateName into metadata.name (k8s.io/apiserver registry/generic/registry/store.go
 	// create(): CreateStrategy.GenerateName = names.SimpleNameGenerator), so mutating webhooks see
-	// name "" but validating webhooks see a name. Do the same (base cut to 58 chars + 5 random).
+	// name "" but validating webhooks see a name. Do the same (base cut to 58 chars + 5 characters
+	// of the same alphabet; deterministic here - derived from the input - so output is reproducible).
 	if obj.GetName() == "" && obj.GetGenerateName() != "" {
 		base := obj.GetGenerateName()
 		if len(base) > 58 {
 			base = base[:58]
 		}
-		obj.SetName(base + utilrand.String(5))
+		obj.SetName(base + nameSuffix(js))
 	}
 	defaulted, err := json.Marshal(obj)
 	if err != nil {
@@ -402,6 +403,18 @@ func validateObject(ctx context.Context, file string, doc int, js json.RawMessag
 	}
 	r.OK = true
 	return r
+}
+
+// nameSuffix returns 5 characters of the alphabet of k8s.io/apimachinery/pkg/util/rand (which the
+// apiserver's SimpleNameGenerator uses), derived from data instead of random.
+func nameSuffix(data []byte) string {
+	const alphabet = "bcdfghjklmnpqrstvwxz2456789"
+	sum := sha256.Sum256(data)
+	b := make([]byte, 5)
+	for i := range b {
+		b[i] = alphabet[int(sum[i])%len(alphabet)]
+	}
+	return string(b)
 }
 
 // newTaskRun returns an empty TaskRun of the Go type for apiVersion, or nil.

@@ -1,0 +1,489 @@
+//! Kubernetes mode (`bookend serve --source kubernetes`): kube-runtime reflectors keep the
+//! policies, namespaces, Tasks and StepActions in memory, so answering a review never calls the
+//! API server. Policy changes rebuild the [`PolicySet`]; an invalid policy is left out with a
+//! log line, a count and a Kubernetes Event on the policy, and never breaks the others.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::Value;
+use tokio::sync::Notify;
+
+use crate::engine::{Lookup, TaskObject};
+use crate::policy::load::policy_from_value;
+use crate::policy::select::Labels;
+use crate::policy::{Issue, PolicyDoc, PolicySet, Settings};
+
+/// Source name used in policy issues from the API server.
+pub const SOURCE: &str = "kubernetes";
+
+fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+/// `tekton.dev/v1` Task (the storage version; v1beta1 Tasks are served converted).
+pub fn task_resource() -> ApiResource {
+    resource("tekton.dev", "v1", "Task", "tasks")
+}
+
+/// `tekton.dev/v1beta1` StepAction (there is no v1).
+pub fn step_action_resource() -> ApiResource {
+    resource("tekton.dev", "v1beta1", "StepAction", "stepactions")
+}
+
+pub fn cluster_policy_resource() -> ApiResource {
+    resource(
+        "bookend.dev",
+        "v1alpha1",
+        "ClusterStepPolicy",
+        "clustersteppolicies",
+    )
+}
+
+pub fn step_policy_resource() -> ApiResource {
+    resource("bookend.dev", "v1alpha1", "StepPolicy", "steppolicies")
+}
+
+/// The in-memory view of the cluster that the engine reads.
+#[derive(Clone)]
+pub struct ClusterLookup {
+    pub namespaces: Store<Namespace>,
+    pub tasks: Store<DynamicObject>,
+    pub step_actions: Store<DynamicObject>,
+}
+
+impl Lookup for ClusterLookup {
+    fn namespace_labels(&self, namespace: &str) -> Option<Labels> {
+        let ns = self.namespaces.get(&ObjectRef::new(namespace))?;
+        Some(ns.labels().clone().into_iter().collect())
+    }
+
+    fn task(&self, namespace: &str, name: &str) -> Option<TaskObject> {
+        let key = ObjectRef::new_with(name, task_resource()).within(namespace);
+        let task = self.tasks.get(&key)?;
+        let mut value = serde_json::to_value(task.as_ref()).ok()?;
+        if value.get("apiVersion").is_none() {
+            value["apiVersion"] = Value::String("tekton.dev/v1".to_owned());
+            value["kind"] = Value::String("Task".to_owned());
+        }
+        TaskObject::from_object(&value)
+    }
+
+    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
+        let key = ObjectRef::new_with(name, step_action_resource()).within(namespace);
+        Some(self.step_actions.get(&key).is_some())
+    }
+}
+
+/// Counters about the cluster source, for readiness and metrics.
+#[derive(Debug, Default)]
+pub struct Status {
+    /// Every cache has synced once and the first policy set is built.
+    pub ready: AtomicBool,
+    /// Policies left out of the current set because they are invalid.
+    pub invalid_policies: AtomicU64,
+    /// Policy-set rebuilds so far.
+    pub rebuilds: AtomicU64,
+    /// Watch errors so far (each is retried with backoff).
+    pub watch_errors: AtomicU64,
+}
+
+/// What `start` hands to the server.
+pub struct ClusterSource {
+    pub lookup: Arc<ClusterLookup>,
+    pub policies: Arc<ArcSwap<PolicySet>>,
+    pub status: Arc<Status>,
+}
+
+/// Reads policy objects into docs; unreadable ones become issues.
+pub fn policy_docs(objects: &[Value]) -> (Vec<PolicyDoc>, Vec<Issue>) {
+    let mut docs = Vec::new();
+    let mut issues = Vec::new();
+    for object in objects {
+        let label = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("unnamed")
+            .to_owned();
+        match policy_from_value(SOURCE, &label, object.clone()) {
+            Ok(doc) => docs.push(doc),
+            Err(issue) => issues.push(issue),
+        }
+    }
+    (docs, issues)
+}
+
+/// Groups issues by the policy they belong to (`Kind/name` or `StepPolicy/ns/name`), as the
+/// note of the Event bookend posts on it.
+pub fn event_notes(issues: &[Issue]) -> HashMap<String, String> {
+    let mut notes: HashMap<String, String> = HashMap::new();
+    for issue in issues {
+        let line = format!("{}: {}", issue.path, issue.message);
+        notes
+            .entry(issue.policy.clone())
+            .and_modify(|n| {
+                n.push_str("; ");
+                n.push_str(&line);
+            })
+            .or_insert(line);
+    }
+    for note in notes.values_mut() {
+        if note.len() > 1000 {
+            let mut cut = 997;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str("...");
+        }
+    }
+    notes
+}
+
+fn policy_key(object: &DynamicObject) -> String {
+    match object.namespace() {
+        Some(ns) => format!("StepPolicy/{ns}/{}", object.name_any()),
+        None => format!("ClusterStepPolicy/{}", object.name_any()),
+    }
+}
+
+/// Starts the reflectors and the policy rebuild task. Returns at once; `status.ready` turns
+/// true once every cache has synced and the first policy set is built.
+pub fn start(client: Client, settings: Settings) -> ClusterSource {
+    let notify = Arc::new(Notify::new());
+    let status = Arc::new(Status::default());
+
+    let namespaces = spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, &status);
+    let tasks = spawn_reflector(
+        Api::all_with(client.clone(), &task_resource()),
+        task_resource(),
+        None,
+        &status,
+    );
+    let step_actions = spawn_reflector(
+        Api::all_with(client.clone(), &step_action_resource()),
+        step_action_resource(),
+        None,
+        &status,
+    );
+    let cluster_policies = spawn_reflector(
+        Api::all_with(client.clone(), &cluster_policy_resource()),
+        cluster_policy_resource(),
+        Some(notify.clone()),
+        &status,
+    );
+    let step_policies = spawn_reflector(
+        Api::all_with(client.clone(), &step_policy_resource()),
+        step_policy_resource(),
+        Some(notify.clone()),
+        &status,
+    );
+
+    let policies = Arc::new(ArcSwap::from_pointee(
+        PolicySet::build(Vec::new(), settings.clone()).0,
+    ));
+    let lookup = Arc::new(ClusterLookup {
+        namespaces: namespaces.clone(),
+        tasks: tasks.clone(),
+        step_actions: step_actions.clone(),
+    });
+    let reporter = Reporter {
+        controller: "bookend".to_owned(),
+        instance: std::env::var("POD_NAME").ok(),
+    };
+    let recorder = Recorder::new(client, reporter);
+
+    let rebuild_policies = policies.clone();
+    let rebuild_status = status.clone();
+    tokio::spawn(async move {
+        let synced = async {
+            namespaces.wait_until_ready().await?;
+            tasks.wait_until_ready().await?;
+            step_actions.wait_until_ready().await?;
+            cluster_policies.wait_until_ready().await?;
+            step_policies.wait_until_ready().await
+        };
+        if synced.await.is_err() {
+            tracing::error!("a cache writer stopped before it synced");
+            return;
+        }
+        tracing::info!("kubernetes caches synced");
+        let mut posted: HashMap<String, String> = HashMap::new();
+        loop {
+            let objects: Vec<Arc<DynamicObject>> = cluster_policies
+                .state()
+                .into_iter()
+                .chain(step_policies.state())
+                .collect();
+            let values: Vec<Value> = objects
+                .iter()
+                .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
+                .map(|mut v| {
+                    // Store objects may lack TypeMeta; the loader wants it.
+                    if v.get("kind").is_none() {
+                        let (kind, api) = if v.pointer("/metadata/namespace").is_some() {
+                            ("StepPolicy", crate::policy::api::API_VERSION)
+                        } else {
+                            ("ClusterStepPolicy", crate::policy::api::API_VERSION)
+                        };
+                        v["kind"] = Value::String(kind.to_owned());
+                        v["apiVersion"] = Value::String(api.to_owned());
+                    }
+                    v
+                })
+                .collect();
+            let (docs, mut issues) = policy_docs(&values);
+            let (set, build_issues) = PolicySet::build(docs, settings.clone());
+            issues.extend(build_issues);
+            let notes = event_notes(&issues);
+            rebuild_status
+                .invalid_policies
+                .store(notes.len() as u64, Ordering::Relaxed);
+            rebuild_status.rebuilds.fetch_add(1, Ordering::Relaxed);
+            for issue in &issues {
+                tracing::warn!(%issue, "invalid policy left out");
+            }
+            tracing::info!(
+                policies = set.len(),
+                invalid = notes.len(),
+                "policy set rebuilt"
+            );
+            rebuild_policies.store(Arc::new(set));
+            rebuild_status.ready.store(true, Ordering::Release);
+
+            for object in &objects {
+                let key = policy_key(object);
+                let Some(note) = notes.get(&key) else {
+                    posted.remove(&key);
+                    continue;
+                };
+                if posted.get(&key) == Some(note) {
+                    continue;
+                }
+                let ar = if object.namespace().is_some() {
+                    step_policy_resource()
+                } else {
+                    cluster_policy_resource()
+                };
+                let event = Event {
+                    type_: EventType::Warning,
+                    reason: "InvalidPolicy".to_owned(),
+                    note: Some(note.clone()),
+                    action: "Validate".to_owned(),
+                    secondary: None,
+                };
+                match recorder.publish(&event, &object.object_ref(&ar)).await {
+                    Ok(()) => {
+                        posted.insert(key, note.clone());
+                    }
+                    Err(error) => tracing::warn!(%error, policy = %key, "cannot post event"),
+                }
+            }
+
+            notify.notified().await;
+            // Coalesce a burst of changes (kubectl apply -f dir/) into one rebuild.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    });
+
+    ClusterSource {
+        lookup,
+        policies,
+        status,
+    }
+}
+
+fn spawn_reflector<K>(
+    api: Api<K>,
+    dyntype: K::DynamicType,
+    notify: Option<Arc<Notify>>,
+    status: &Arc<Status>,
+) -> Store<K>
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let kind = K::kind(&dyntype).into_owned();
+    let writer = reflector::store::Writer::new(dyntype);
+    let reader = writer.as_reader();
+    let status = status.clone();
+    let stream = reflector::reflector(
+        writer,
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            // Managed fields are large and unused: keep memory proportional to what bookend reads.
+            .modify(|o| o.managed_fields_mut().clear()),
+    );
+    tokio::spawn(async move {
+        let mut stream = std::pin::pin!(stream);
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(_) => {
+                    if let Some(n) = &notify {
+                        n.notify_one();
+                    }
+                }
+                Err(error) => {
+                    status.watch_errors.fetch_add(1, Ordering::Relaxed);
+                    tracing::warn!(%error, %kind, "watch error; retrying with backoff");
+                }
+            }
+        }
+    });
+    reader
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn store_of<K>(dyntype: K::DynamicType, objects: Vec<K>) -> Store<K>
+    where
+        K: Resource + Clone + 'static,
+        K::DynamicType: Eq + std::hash::Hash + Clone,
+    {
+        let mut writer = reflector::store::Writer::new(dyntype);
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::Apply(o));
+        }
+        writer.as_reader()
+    }
+
+    fn dynamic(value: Value, ar: &ApiResource) -> DynamicObject {
+        let mut o: DynamicObject = serde_json::from_value(value).unwrap();
+        o.types = Some(kube::api::TypeMeta {
+            api_version: ar.api_version.clone(),
+            kind: ar.kind.clone(),
+        });
+        o
+    }
+
+    fn lookup() -> ClusterLookup {
+        let ns: Namespace = serde_json::from_value(
+            json!({"metadata": {"name": "team-a", "labels": {"tier": "gold"}}}),
+        )
+        .unwrap();
+        let task = dynamic(
+            json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                   "metadata": {"name": "build", "namespace": "team-a", "resourceVersion": "7"},
+                   "spec": {"steps": [{"name": "compile", "image": "go"}]}}),
+            &task_resource(),
+        );
+        let signed = dynamic(
+            json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                   "metadata": {"name": "signed", "namespace": "team-a",
+                                "annotations": {"tekton.dev/signature": "MEQ"}},
+                   "spec": {"steps": [{"image": "go"}]}}),
+            &task_resource(),
+        );
+        let action = dynamic(
+            json!({"apiVersion": "tekton.dev/v1beta1", "kind": "StepAction",
+                   "metadata": {"name": "git-clone", "namespace": "team-a"}, "spec": {}}),
+            &step_action_resource(),
+        );
+        ClusterLookup {
+            namespaces: store_of((), vec![ns]),
+            tasks: store_of(task_resource(), vec![task, signed]),
+            step_actions: store_of(step_action_resource(), vec![action]),
+        }
+    }
+
+    #[test]
+    fn cache_backed_lookups() {
+        let l = lookup();
+        assert_eq!(
+            l.namespace_labels("team-a")
+                .unwrap()
+                .get("tier")
+                .map(String::as_str),
+            Some("gold")
+        );
+        assert!(l.namespace_labels("team-b").is_none());
+        let task = l.task("team-a", "build").unwrap();
+        assert_eq!(task.resource_version.as_deref(), Some("7"));
+        assert!(!task.signed);
+        assert_eq!(task.spec["steps"][0]["name"], "compile");
+        assert!(l.task("team-a", "signed").unwrap().signed);
+        assert!(l.task("team-b", "build").is_none());
+        assert_eq!(l.step_action_exists("team-a", "git-clone"), Some(true));
+        assert_eq!(l.step_action_exists("team-a", "other"), Some(false));
+    }
+
+    #[test]
+    fn cached_tasks_are_inlined_and_signed_ones_refused() {
+        let (docs, issues) = crate::policy::load::parse_policies(
+            "t.yaml",
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: p}\nspec:\n  preSteps: [{name: bookend-p, image: alpine}]\n",
+        );
+        assert!(issues.is_empty());
+        let set = PolicySet::build(docs, Settings::default()).0;
+        let l = lookup();
+        let run = |task: &str| {
+            let object = json!({"apiVersion": "tekton.dev/v1beta1", "kind": "TaskRun",
+                "metadata": {"name": "r"}, "spec": {"taskRef": {"name": task}}});
+            crate::engine::decide(
+                crate::engine::Request {
+                    object: &object,
+                    namespace: "team-a",
+                    dry_run: false,
+                },
+                &set,
+                &l,
+            )
+        };
+        let d = run("build");
+        assert_eq!(d.outcome, crate::engine::Outcome::Mutated);
+        assert_eq!(
+            d.object["metadata"]["annotations"]["bookend.dev/inlined-task"],
+            "build@7"
+        );
+        assert_eq!(d.object["spec"]["taskSpec"]["steps"][1]["name"], "compile");
+        let d = run("signed");
+        assert_eq!(d.outcome, crate::engine::Outcome::Allowed);
+        assert!(d.warnings[0].contains("signed"));
+    }
+
+    #[test]
+    fn invalid_policies_become_event_notes_and_valid_ones_load() {
+        let objects = vec![
+            json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+                   "metadata": {"name": "good"},
+                   "spec": {"preSteps": [{"name": "bookend-good", "image": "alpine"}]}}),
+            json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+                   "metadata": {"name": "bad"},
+                   "spec": {"preSteps": [{"name": "no-prefix", "image": "alpine"}]}}),
+            json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "StepPolicy",
+                   "metadata": {"name": "typo", "namespace": "team-a"},
+                   "spec": {"mode": "Enforced"}}),
+        ];
+        let (docs, mut issues) = policy_docs(&objects);
+        let (set, more) = PolicySet::build(docs, Settings::default());
+        issues.extend(more);
+        assert_eq!(set.len(), 1);
+        let notes = event_notes(&issues);
+        assert_eq!(notes.len(), 2);
+        assert!(
+            notes["ClusterStepPolicy/bad"]
+                .starts_with("spec.preSteps[0].name: step name \"no-prefix\"")
+        );
+        assert!(notes["StepPolicy/team-a/typo"].starts_with("spec.mode: unknown variant"));
+        let long = vec![Issue {
+            source: "k".into(),
+            policy: "P".into(),
+            path: "p".into(),
+            message: "é".repeat(800),
+        }];
+        assert!(event_notes(&long)["P"].len() <= 1003);
+    }
+}
