@@ -1,0 +1,288 @@
+//! Prometheus metrics of the webhook (`GET /metrics` on the admin port).
+//!
+//! One [`Metrics`] value owns the registry; it is cheap to clone (every metric is an `Arc`).
+
+use std::sync::Arc;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use crate::admission::Summary;
+
+/// Latency buckets in seconds: decisions take microseconds, so the low end is fine-grained.
+pub const DURATION_BUCKETS: [f64; 14] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0,
+];
+
+/// Labels of `bookend_admission_requests_total`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// `mutate` or `validate`.
+    pub endpoint: &'static str,
+    /// CREATE, UPDATE, DELETE, CONNECT; `unknown` when the request was unreadable, `other`
+    /// for anything else.
+    pub operation: String,
+    /// allowed, mutated, denied or error.
+    pub outcome: &'static str,
+    /// `true` for `--dry-run=server` requests.
+    pub dry_run: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EndpointLabels {
+    endpoint: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PolicyLabels {
+    policy: String,
+}
+
+/// `success` or `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ResultLabels {
+    result: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// Every metric the server exports.
+#[derive(Clone)]
+pub struct Metrics {
+    registry: Arc<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    duration: HistogramFamily<EndpointLabels>,
+    in_flight: Gauge,
+    injected: Family<PolicyLabels, Counter>,
+    policies_loaded: Gauge,
+    policy_reloads: Family<ResultLabels, Counter>,
+    certificate_reloads: Family<ResultLabels, Counter>,
+    certificate_expiry: Gauge,
+    panics: Counter,
+    tls_handshake_errors: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    /// A fresh registry with every family registered (and zero-valued).
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "bookend_admission_requests",
+            "Admission reviews answered, by endpoint, operation, outcome and dry-run",
+            requests.clone(),
+        );
+        let duration: HistogramFamily<EndpointLabels> =
+            Family::new_with_constructor(duration_histogram as fn() -> Histogram);
+        registry.register(
+            "bookend_admission_duration_seconds",
+            "Time from request headers to answer, by endpoint",
+            duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "bookend_admission_in_flight",
+            "Admission requests being handled now",
+            in_flight.clone(),
+        );
+        let injected = Family::<PolicyLabels, Counter>::default();
+        registry.register(
+            "bookend_injected_steps",
+            "Steps injected into admitted TaskRuns, by policy (dry-run requests included)",
+            injected.clone(),
+        );
+        let policies_loaded = Gauge::default();
+        registry.register(
+            "bookend_policies_loaded",
+            "Policies in the active set",
+            policies_loaded.clone(),
+        );
+        let policy_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "bookend_policy_reloads",
+            "Policy reloads after a file change, by result (error: the last good set is kept)",
+            policy_reloads.clone(),
+        );
+        let certificate_reloads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "bookend_certificate_reloads",
+            "Serving certificate reloads after a file change, by result (error: the old pair is kept)",
+            certificate_reloads.clone(),
+        );
+        let certificate_expiry = Gauge::default();
+        registry.register(
+            "bookend_certificate_expiry_timestamp_seconds",
+            "notAfter of the serving certificate in use, as a Unix timestamp",
+            certificate_expiry.clone(),
+        );
+        let panics = Counter::default();
+        registry.register(
+            "bookend_handler_panics",
+            "Reviews that panicked (a bug; the request got a 400 and the server kept serving)",
+            panics.clone(),
+        );
+        let tls_handshake_errors = Counter::default();
+        registry.register(
+            "bookend_tls_handshake_errors",
+            "TLS handshakes that failed or timed out",
+            tls_handshake_errors.clone(),
+        );
+        for result in ["success", "error"] {
+            let _ = policy_reloads.get_or_create(&ResultLabels { result });
+            let _ = certificate_reloads.get_or_create(&ResultLabels { result });
+        }
+        Self {
+            registry: Arc::new(registry),
+            requests,
+            duration,
+            in_flight,
+            injected,
+            policies_loaded,
+            policy_reloads,
+            certificate_reloads,
+            certificate_expiry,
+            panics,
+            tls_handshake_errors,
+        }
+    }
+
+    /// Records one answered review.
+    pub fn observe_review(&self, endpoint: &'static str, summary: &Summary, seconds: f64) {
+        // A closed set: the operation comes from the request and must not grow the series.
+        let operation = match summary.operation.as_str() {
+            "" => "unknown",
+            op @ ("CREATE" | "UPDATE" | "DELETE" | "CONNECT") => op,
+            _ => "other",
+        }
+        .to_owned();
+        let outcome = if summary.outcome.is_empty() {
+            "error"
+        } else {
+            summary.outcome
+        };
+        self.requests
+            .get_or_create(&RequestLabels {
+                endpoint,
+                operation,
+                outcome,
+                dry_run: if summary.dry_run { "true" } else { "false" },
+            })
+            .inc();
+        self.duration
+            .get_or_create(&EndpointLabels { endpoint })
+            .observe(seconds);
+        for (policy, steps) in &summary.injected {
+            self.injected
+                .get_or_create(&PolicyLabels {
+                    policy: policy.clone(),
+                })
+                .inc_by(*steps as u64);
+        }
+    }
+
+    /// A request started (the guard decrements on drop).
+    pub fn in_flight(&self) -> InFlight {
+        self.in_flight.inc();
+        InFlight(self.in_flight.clone())
+    }
+
+    pub fn set_policies_loaded(&self, n: usize) {
+        self.policies_loaded.set(n as i64);
+    }
+
+    pub fn policy_reload(&self, ok: bool) {
+        self.policy_reloads
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "error" },
+            })
+            .inc();
+    }
+
+    pub fn certificate_reload(&self, ok: bool) {
+        self.certificate_reloads
+            .get_or_create(&ResultLabels {
+                result: if ok { "success" } else { "error" },
+            })
+            .inc();
+    }
+
+    pub fn set_certificate_expiry(&self, unix_seconds: i64) {
+        self.certificate_expiry.set(unix_seconds);
+    }
+
+    pub fn handler_panic(&self) {
+        self.panics.inc();
+    }
+
+    pub fn tls_handshake_error(&self) {
+        self.tls_handshake_errors.inc();
+    }
+
+    /// The text exposition (OpenMetrics, which Prometheus reads).
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}
+
+/// Decrements `bookend_admission_in_flight` when dropped.
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// The content type of [`Metrics::encode`].
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_family_is_exposed() {
+        let m = Metrics::new();
+        let summary = Summary {
+            operation: "CREATE".into(),
+            outcome: "mutated",
+            injected: vec![("ClusterStepPolicy/a".into(), 2)],
+            ..Summary::default()
+        };
+        m.observe_review("mutate", &summary, 0.000_2);
+        m.handler_panic();
+        m.set_certificate_expiry(1_900_000_000);
+        let text = m.encode();
+        for needle in [
+            "bookend_admission_requests_total{endpoint=\"mutate\",operation=\"CREATE\",outcome=\"mutated\",dry_run=\"false\"} 1",
+            "bookend_admission_duration_seconds_bucket{le=\"0.00025\",endpoint=\"mutate\"} 1",
+            "bookend_injected_steps_total{policy=\"ClusterStepPolicy/a\"} 2",
+            "bookend_policies_loaded 0",
+            "bookend_policy_reloads_total{result=\"error\"} 0",
+            "bookend_certificate_reloads_total{result=\"success\"} 0",
+            "bookend_certificate_expiry_timestamp_seconds 1900000000",
+            "bookend_handler_panics_total 1",
+            "bookend_admission_in_flight 0",
+        ] {
+            assert!(text.contains(needle), "missing {needle} in\n{text}");
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The TLS accept loop. Each accepted socket gets its own task for the handshake and the HTTP
+//! connection (h2 or http/1.1 by ALPN, hyper-util's auto builder), so one slow client never
+//! stalls the others. On shutdown the loop stops accepting and drains the open connections
+//! (in-flight requests finish) within a bound.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use super::tls::TlsStore;
+use crate::metrics::Metrics;
+
+/// Timeouts of one connection.
+#[derive(Clone, Copy, Debug)]
+pub struct ConnLimits {
+    /// TLS handshake, and each HTTP/1 request's headers.
+    pub header_read_timeout: Duration,
+    /// How long shutdown waits for open connections before giving up on them.
+    pub drain_timeout: Duration,
+}
+
+/// Accepts until `stop` is cancelled, then drains.
+pub async fn serve_tls(
+    listener: TcpListener,
+    tls: Arc<TlsStore>,
+    router: Router,
+    limits: ConnLimits,
+    metrics: Metrics,
+    stop: CancellationToken,
+) {
+    let graceful = GracefulShutdown::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = stop.cancelled() => break,
+            accepted = listener.accept() => accepted,
+        };
+        let (socket, peer) = match accepted {
+            Ok(a) => a,
+            Err(error) => {
+                // EMFILE and friends: back off instead of spinning.
+                tracing::warn!(%error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let acceptor = tls.acceptor();
+        let watcher = graceful.watcher();
+        let router = router.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let handshake =
+                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(socket)).await;
+            let stream = match handshake {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(error)) => {
+                    metrics.tls_handshake_error();
+                    tracing::debug!(%peer, %error, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics.tls_handshake_error();
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(limits.header_read_timeout);
+            builder
+                .http2()
+                .timer(TokioTimer::new())
+                .keep_alive_interval(Some(Duration::from_secs(30)))
+                .keep_alive_timeout(Duration::from_secs(10));
+            let service = TowerToHyperService::new(router);
+            let connection = builder.serve_connection(TokioIo::new(stream), service);
+            if let Err(error) = watcher.watch(connection).await {
+                tracing::debug!(%peer, %error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    let open = graceful.count();
+    if open > 0 {
+        tracing::info!(connections = open, "draining open connections");
+    }
+    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout = ?limits.drain_timeout,
+            "connections still open after the drain timeout; closing them"
+        );
+    }
+}
