@@ -2,6 +2,7 @@
 //! kube-apiserver calling bookend. `cargo test --test e2e`; the first run builds the tools from
 //! Go modules (see docs/testing.md).
 
+mod cluster;
 mod tekton;
 mod tools;
 

@@ -1,0 +1,1341 @@
+//! A real kube-apiserver calls bookend: etcd + kube-apiserver (tests/e2e/start-cluster.sh),
+//! Tekton's and bookend's CRDs, `bookend serve --source kubernetes` on loopback, deploy/'s
+//! webhook configurations through the test overlay (tests/e2e/overlay), then `kubectl` scenarios
+//! in order on that one cluster. Every object the apiserver returns goes to `tekton-validate`.
+//!
+//! A failing scenario does not stop the others (each runs under `catch_unwind`); the summary
+//! lists every scenario, and the test fails at the end if any failed. Processes are stopped by
+//! Drop guards, also on failure. See docs/testing.md, "End-to-end against a real
+//! kube-apiserver".
+//!
+//! Knobs (development only): `BOOKEND_E2E_BIN` tests another bookend binary;
+//! `BOOKEND_E2E_KEEP=1` keeps the work directory (logs, certificates, kubeconfig);
+//! `BOOKEND_E2E_SOURCE=files` runs the server with the example policy files instead of the
+//! Kubernetes source (the scenarios that need policy objects or cluster Tasks then fail).
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+
+use crate::tools::tools;
+
+const TEAM_A: &str = "team-a";
+const TEAM_B: &str = "team-b";
+
+fn bookend_bin() -> PathBuf {
+    std::env::var_os("BOOKEND_E2E_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_bookend")))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Timing
+
+struct Clock {
+    start: Instant,
+    phase: Instant,
+    phases: Vec<(String, Duration)>,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            phase: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, name: &str) {
+        let took = self.phase.elapsed();
+        println!(
+            "[e2e {:>6.1}s] phase {name}: {:.1}s",
+            self.start.elapsed().as_secs_f64(),
+            took.as_secs_f64()
+        );
+        self.phases.push((name.to_owned(), took));
+        self.phase = Instant::now();
+    }
+}
+
+/// Calls `attempt` until it returns `Ok`, at most `timeout`; panics with the last error.
+fn poll<T>(what: &str, timeout: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match attempt() {
+            Ok(value) => return value,
+            Err(last) if Instant::now() >= deadline => {
+                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free loopback port")
+        .port()
+}
+
+fn tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+// ---------------------------------------------------------------------------------------------
+// Processes
+
+/// The result of a command.
+#[derive(Debug)]
+struct Out {
+    status: ExitStatus,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn ok(&self) -> bool {
+        self.status.success()
+    }
+
+    #[track_caller]
+    fn expect_ok(self, what: &str) -> Self {
+        assert!(
+            self.ok(),
+            "{what} failed ({}):\nstdout: {}\nstderr: {}",
+            self.status,
+            self.stdout,
+            self.stderr
+        );
+        self
+    }
+
+    #[track_caller]
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.stdout)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+
+    /// `Warning:` lines kubectl printed (the admission warnings).
+    fn warnings(&self) -> Vec<&str> {
+        self.stderr
+            .lines()
+            .filter_map(|l| l.strip_prefix("Warning: "))
+            .collect()
+    }
+}
+
+fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
+    cmd.stdin(if stdin.is_some() {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let mut child = cmd
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    if let Some(input) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        pipe.write_all(input).expect("write stdin");
+    }
+    let out = child.wait_with_output().expect("wait for command");
+    Out {
+        status: out.status,
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    }
+}
+
+/// etcd + kube-apiserver from start-cluster.sh; stop-cluster.sh on drop (a no-op when nothing
+/// was started).
+struct Cluster {
+    dir: PathBuf,
+    kubeconfig: PathBuf,
+    kubectl: PathBuf,
+}
+
+impl Cluster {
+    fn start(dir: PathBuf) -> Self {
+        let kubectl = tools().path("kubectl");
+        // The guard exists before anything runs, so a failure below still stops what started.
+        let mut cluster = Self {
+            kubeconfig: dir.join("kubeconfig"),
+            dir,
+            kubectl,
+        };
+        let mut cmd = Command::new("bash");
+        cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
+            .arg(&cluster.dir)
+            .env("E2E_BIN_DIR", &tools().bin);
+        let out = run(cmd, None).expect_ok("tests/e2e/start-cluster.sh");
+        let vars: HashMap<&str, &str> = out
+            .stdout
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .collect();
+        cluster.kubeconfig = PathBuf::from(vars.get("KUBECONFIG").expect("KUBECONFIG printed"));
+        println!("{}", out.stderr.trim());
+        cluster
+    }
+
+    fn kubectl(&self, args: &[&str]) -> Out {
+        self.kubectl_in(args, None)
+    }
+
+    fn kubectl_in(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
+        let mut cmd = Command::new(&self.kubectl);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        run(cmd, stdin)
+    }
+
+    /// `kubectl <verb...> -o json -f -` with `object` on stdin.
+    fn with_object(&self, verb: &[&str], object: &Value) -> Out {
+        let mut args = verb.to_vec();
+        args.extend(["-o", "json", "-f", "-"]);
+        self.kubectl_in(&args, Some(object.to_string().as_bytes()))
+    }
+
+    fn dry_run(&self, object: &Value) -> Out {
+        self.with_object(&["create", "--dry-run=server"], object)
+    }
+
+    fn create(&self, object: &Value) -> Out {
+        self.with_object(&["create"], object)
+    }
+
+    fn apply(&self, object: &Value) -> Out {
+        self.with_object(&["apply"], object)
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let log = self.dir.join("kube-apiserver.log");
+            eprintln!("--- kube-apiserver log (tail)\n{}", tail(&log, 20));
+        }
+        let mut cmd = Command::new("bash");
+        cmd.arg(crate::root().join("tests/e2e/stop-cluster.sh"))
+            .arg(&self.dir);
+        let out = run(cmd, None);
+        if !out.ok() {
+            eprintln!("stop-cluster.sh: {} {}", out.stdout, out.stderr);
+        }
+    }
+}
+
+/// `bookend serve --source kubernetes`; SIGTERM (then SIGKILL) on drop.
+struct Bookend {
+    child: Child,
+    log: PathBuf,
+    port: u16,
+    admin: u16,
+}
+
+impl Bookend {
+    fn start(work: &Path, cert: &Path, key: &Path, kubeconfig: &Path) -> Self {
+        let port = free_port();
+        let mut admin = free_port();
+        while admin == port {
+            admin = free_port();
+        }
+        let log = work.join("bookend.log");
+        let file = std::fs::File::create(&log).expect("create bookend.log");
+        let mut cmd = Command::new(bookend_bin());
+        match std::env::var("BOOKEND_E2E_SOURCE").as_deref() {
+            // Development only: a server without the Kubernetes source, policies from files.
+            Ok("files") => cmd
+                .args(["serve", "--source", "files", "--policies"])
+                .arg(crate::root().join("examples/policies")),
+            _ => cmd.args(["serve", "--source", "kubernetes"]),
+        };
+        let child = cmd
+            .arg("--tls-cert")
+            .arg(cert)
+            .arg("--tls-key")
+            .arg(key)
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{admin}"))
+            .env("KUBECONFIG", kubeconfig)
+            .current_dir(work)
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("dup log"))
+            .stderr(file)
+            .spawn()
+            .expect("spawn bookend serve");
+        Self {
+            child,
+            log,
+            port,
+            admin,
+        }
+    }
+
+    /// GET on the admin port: (status, body).
+    fn admin_get(&self, path: &str) -> Result<(u16, String), String> {
+        let mut stream =
+            TcpStream::connect(("127.0.0.1", self.admin)).map_err(|e| e.to_string())?;
+        stream
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            stream,
+            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+        )
+        .map_err(|e| e.to_string())?;
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .map_err(|e| e.to_string())?;
+        let status = response
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| format!("bad response: {response:?}"))?;
+        let body = response
+            .split_once("\r\n\r\n")
+            .map(|(_, b)| b.to_owned())
+            .unwrap_or_default();
+        Ok((status, body))
+    }
+
+    fn wait_ready(&mut self, timeout: Duration) {
+        poll("bookend /readyz", timeout, || {
+            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
+                panic!(
+                    "bookend serve exited ({status}) before /readyz:\n{}",
+                    tail(&self.log, 40)
+                );
+            }
+            match self.admin_get("/readyz") {
+                Ok((200, _)) => Ok(()),
+                Ok((code, body)) => Err(format!("{code} {body}")),
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    /// Serial (upper-case hex, as `openssl x509 -serial` prints it) of the certificate a new
+    /// TLS handshake gets, verified against `ca`.
+    fn served_serial(&self, ca: &Path) -> Result<String, String> {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["s_client", "-connect"])
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("-CAfile")
+            .arg(ca)
+            .args(["-verify_return_error", "-verify_ip", "127.0.0.1"]);
+        let out = run(cmd, Some(b""));
+        if !out.ok() || !out.stdout.contains("Verify return code: 0 (ok)") {
+            return Err(format!("handshake: {} {}", out.status, out.stderr.trim()));
+        }
+        let pem = out
+            .stdout
+            .find("-----BEGIN CERTIFICATE-----")
+            .and_then(|b| {
+                let end = out.stdout[b..].find("-----END CERTIFICATE-----")?;
+                Some(&out.stdout[b..b + end + "-----END CERTIFICATE-----".len()])
+            })
+            .ok_or("no certificate in s_client output")?;
+        let mut cmd = Command::new("openssl");
+        cmd.args(["x509", "-noout", "-serial"]);
+        let out = run(cmd, Some(pem.as_bytes()));
+        out.stdout
+            .trim()
+            .strip_prefix("serial=")
+            .map(str::to_owned)
+            .ok_or_else(|| format!("openssl x509 -serial: {}", out.stderr))
+    }
+}
+
+impl Drop for Bookend {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("--- bookend log (tail)\n{}", tail(&self.log, 40));
+        }
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            eprintln!("bookend serve did not stop on SIGTERM; killing");
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Certificates
+
+/// `bookend certs` output in `<dir>/v1`, served through the symlink `<dir>/live` so that a
+/// rotation is one atomic rename (as Kubernetes updates a Secret volume).
+struct Certs {
+    dir: PathBuf,
+}
+
+impl Certs {
+    fn create(dir: PathBuf) -> Self {
+        let v1 = dir.join("v1");
+        let mut cmd = Command::new(bookend_bin());
+        cmd.args(["certs", "--host", "127.0.0.1", "--out-dir"])
+            .arg(&v1);
+        run(cmd, None).expect_ok("bookend certs");
+        std::os::unix::fs::symlink("v1", dir.join("live")).expect("symlink live -> v1");
+        Self { dir }
+    }
+
+    fn ca(&self) -> PathBuf {
+        self.dir.join("v1/ca.crt")
+    }
+
+    fn ca_bundle_b64(&self) -> String {
+        std::fs::read_to_string(self.dir.join("v1/ca.crt.b64"))
+            .expect("ca.crt.b64")
+            .trim()
+            .to_owned()
+    }
+
+    fn live(&self, file: &str) -> PathBuf {
+        self.dir.join("live").join(file)
+    }
+
+    /// A new serving pair signed by the same CA in `<dir>/<name>`, then `live` → `<name>`.
+    /// Returns the new serial (upper-case hex).
+    fn rotate(&self, name: &str) -> String {
+        let new = self.dir.join(name);
+        std::fs::create_dir_all(&new).expect("mkdir");
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock")
+            .as_nanos();
+        let serial = format!("7{:015X}", nanos & 0xFFF_FFFF_FFFF_FFFF);
+        std::fs::write(
+            new.join("ext.cnf"),
+            "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\n\
+             extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1\n",
+        )
+        .expect("ext.cnf");
+        let mut cmd = Command::new("openssl");
+        cmd.current_dir(&new).args([
+            "req",
+            "-new",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            "tls.key",
+            "-subj",
+            "/CN=bookend-e2e-rotated",
+            "-out",
+            "tls.csr",
+        ]);
+        run(cmd, None).expect_ok("openssl req");
+        let mut cmd = Command::new("openssl");
+        cmd.current_dir(&new)
+            .args(["x509", "-req", "-in", "tls.csr", "-CA"])
+            .arg(self.dir.join("v1/ca.crt"))
+            .arg("-CAkey")
+            .arg(self.dir.join("v1/ca.key"))
+            .args(["-set_serial", &format!("0x{serial}"), "-days", "2"])
+            .args(["-extfile", "ext.cnf", "-out", "tls.crt"]);
+        run(cmd, None).expect_ok("openssl x509 -req");
+        let tmp = self.dir.join("live.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(name, &tmp).expect("symlink");
+        std::fs::rename(&tmp, self.dir.join("live")).expect("rename live.tmp -> live");
+        serial
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("YAML document"))
+        .filter(|v| !v.is_null())
+        .collect()
+}
+
+fn example(path: &str) -> PathBuf {
+    crate::root().join(path)
+}
+
+fn step_names(object: &Value) -> Vec<String> {
+    object["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn has_step(object: &Value, name: &str) -> bool {
+    step_names(object).iter().any(|n| n == name)
+}
+
+/// A minimal inline TaskRun.
+fn taskrun(namespace: &str, generate_name: &str, step: &str) -> Value {
+    json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {"generateName": generate_name, "namespace": namespace},
+        "spec": {"taskSpec": {"steps": [{
+            "name": step,
+            "image": "docker.io/library/alpine:3.20",
+            "script": "echo hello",
+        }]}},
+    })
+}
+
+fn cluster_policy(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "ClusterStepPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+fn busybox_step(name: &str) -> Value {
+    json!({
+        "name": name,
+        "image": "docker.io/library/busybox:1.37",
+        "command": ["/bin/sh", "-c"],
+        "args": [format!("echo {name}")],
+    })
+}
+
+/// `bookend render -o json` of a TaskRun file with the example policies (the offline engine).
+fn render(file: &Path) -> Value {
+    let mut cmd = Command::new(bookend_bin());
+    cmd.args(["render", "--policies"])
+        .arg(example("examples/policies"))
+        .arg("-f")
+        .arg(file)
+        .args(["-o", "json"]);
+    run(cmd, None).expect_ok("bookend render").json()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Setup
+
+/// Renders tests/e2e/overlay, substitutes the port and CA, and checks that only clientConfig
+/// differs from deploy/base/webhooks.yaml.
+fn webhook_configurations(cluster: &Cluster, port: u16, ca_b64: &str) -> String {
+    let out = cluster
+        .kubectl(&[
+            "kustomize",
+            "--load-restrictor",
+            "LoadRestrictionsNone",
+            &crate::root()
+                .join("tests/e2e/overlay")
+                .display()
+                .to_string(),
+        ])
+        .expect_ok("kubectl kustomize tests/e2e/overlay");
+    let rendered = out
+        .stdout
+        .replace("BOOKEND_E2E_PORT", &port.to_string())
+        .replace("BOOKEND_E2E_CA_BUNDLE", ca_b64);
+
+    let parse = |text: &str| -> Vec<Value> {
+        serde_yaml_ng::Deserializer::from_str(text)
+            .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("YAML"))
+            .filter(|v| !v.is_null())
+            .collect()
+    };
+    let mut ours = parse(&rendered);
+    let mut base = yaml_docs(&example("deploy/base/webhooks.yaml"));
+    assert_eq!(
+        ours.len(),
+        2,
+        "the overlay yields the two webhook configurations"
+    );
+    assert_eq!(
+        base.len(),
+        2,
+        "deploy/base/webhooks.yaml has two configurations"
+    );
+    let key = |v: &Value| format!("{}/{}", v["kind"], v["metadata"]["name"]);
+    ours.sort_by_key(key);
+    base.sort_by_key(key);
+    for (ours, base) in ours.iter_mut().zip(base.iter_mut()) {
+        assert_eq!(key(ours), key(base));
+        let ours_hooks = ours["webhooks"].as_array_mut().expect("webhooks");
+        let base_hooks = base["webhooks"].as_array_mut().expect("webhooks");
+        assert_eq!(
+            ours_hooks.len(),
+            base_hooks.len(),
+            "{}: webhook count",
+            key(base)
+        );
+        for (o, b) in ours_hooks.iter_mut().zip(base_hooks.iter_mut()) {
+            let path = b["clientConfig"]["service"]["path"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{}: service.path in deploy/", b["name"]))
+                .to_owned();
+            assert_eq!(
+                o["clientConfig"],
+                json!({"url": format!("https://127.0.0.1:{port}{path}"), "caBundle": ca_b64}),
+                "webhook {}: clientConfig",
+                b["name"]
+            );
+            o.as_object_mut().unwrap().remove("clientConfig");
+            b.as_object_mut().unwrap().remove("clientConfig");
+        }
+        assert_eq!(
+            ours, base,
+            "the overlay must change nothing but clientConfig"
+        );
+    }
+    rendered
+}
+
+// ---------------------------------------------------------------------------------------------
+// Scenarios
+
+struct Ctx {
+    // Dropped in this order: bookend before the cluster it watches.
+    bookend: Bookend,
+    cluster: Cluster,
+    certs: Certs,
+    work: PathBuf,
+    /// Every object the apiserver returned (label, object), for tekton-validate.
+    returned: Vec<(String, Value)>,
+}
+
+impl Ctx {
+    fn keep(&mut self, label: &str, object: &Value) {
+        self.returned.push((label.to_owned(), object.clone()));
+    }
+
+    /// Dry-run creates a probe TaskRun in `namespace` until `check` accepts the result.
+    fn poll_dry_run(
+        &self,
+        what: &str,
+        object: &Value,
+        check: impl Fn(&Out) -> Result<(), String>,
+    ) -> Out {
+        poll(what, Duration::from_secs(30), || {
+            let out = self.cluster.dry_run(object);
+            check(&out).map(|()| out)
+        })
+    }
+}
+
+fn scenario_dry_run(ctx: &mut Ctx) -> String {
+    let file = example("examples/taskruns/build.yaml");
+    let out = ctx
+        .cluster
+        .kubectl(&[
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            &file.display().to_string(),
+        ])
+        .expect_ok("kubectl create --dry-run=server build.yaml");
+    let object = out.json();
+    let offline = render(&file);
+    assert_eq!(
+        step_names(&object),
+        step_names(&offline),
+        "steps from the apiserver vs bookend render"
+    );
+    assert_eq!(
+        object["spec"], offline["spec"],
+        "spec from the apiserver equals bookend render's"
+    );
+    assert!(
+        object["metadata"]["annotations"]["bookend.dev/injected"].is_string(),
+        "record annotation: {}",
+        object["metadata"]
+    );
+    let warnings = out.warnings();
+    assert!(
+        warnings
+            .iter()
+            .any(|w| w.starts_with("bookend: injected") && w.contains("bookend-credentials")),
+        "dry-run warnings name the injected steps; stderr: {}",
+        out.stderr
+    );
+    let list = ctx
+        .cluster
+        .kubectl(&["get", "taskruns", "-n", TEAM_A, "-o", "json"])
+        .expect_ok("kubectl get taskruns")
+        .json();
+    assert_eq!(
+        list["items"].as_array().map(Vec::len),
+        Some(0),
+        "dry-run stored nothing"
+    );
+    ctx.keep("dry-run build.yaml", &object);
+    format!(
+        "steps {:?}; warnings {:?}; nothing stored",
+        step_names(&object),
+        warnings
+    )
+}
+
+fn scenario_create_and_rerun(ctx: &mut Ctx) -> String {
+    let file = example("examples/taskruns/build.yaml");
+    let object = ctx
+        .cluster
+        .kubectl(&["create", "-o", "json", "-f", &file.display().to_string()])
+        .expect_ok("kubectl create build.yaml")
+        .json();
+    let name = object["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let expected = step_names(&render(&file));
+    assert_eq!(step_names(&object), expected, "persisted steps in order");
+    let stored = ctx
+        .cluster
+        .kubectl(&["get", "taskrun", "-n", TEAM_A, &name, "-o", "json"])
+        .expect_ok("kubectl get the persisted TaskRun")
+        .json();
+    assert_eq!(
+        stored["spec"], object["spec"],
+        "get returns what create returned"
+    );
+    ctx.keep("created build.yaml", &stored);
+
+    // A rerun: the persisted spec, labels and annotations under a new name.
+    let rerun = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {
+            "name": format!("{name}-rerun"),
+            "namespace": TEAM_A,
+            "labels": stored["metadata"]["labels"].clone(),
+            "annotations": stored["metadata"]["annotations"].clone(),
+        },
+        "spec": stored["spec"].clone(),
+    });
+    let out = ctx.cluster.create(&rerun).expect_ok("create the rerun");
+    let again = out.json();
+    assert_eq!(
+        step_names(&again),
+        expected,
+        "the rerun has each step once, in order"
+    );
+    assert_eq!(
+        again["spec"], stored["spec"],
+        "the rerun's spec is unchanged"
+    );
+    ctx.keep("rerun", &again);
+    format!("{name}: {} steps in order; rerun unchanged", expected.len())
+}
+
+fn scenario_reserved_prefix(ctx: &mut Ctx) -> String {
+    let object = taskrun(TEAM_A, "sneaky-", "bookend-whatever");
+    let out = ctx.cluster.create(&object);
+    assert!(
+        !out.ok(),
+        "a user step with the reserved prefix is refused: {}",
+        out.stdout
+    );
+    assert!(
+        out.stderr.contains("denied the request") && out.stderr.contains("reserved prefix"),
+        "kubectl shows bookend's message: {}",
+        out.stderr
+    );
+    first_line(&out.stderr)
+}
+
+fn first_line(text: &str) -> String {
+    text.lines()
+        .find(|l| !l.starts_with("Warning:"))
+        .unwrap_or("")
+        .trim()
+        .to_owned()
+}
+
+fn scenario_policy_lifecycle(ctx: &mut Ctx) -> String {
+    // Invalid: a step name without the reserved prefix.
+    let invalid = cluster_policy(
+        "e2e-invalid",
+        json!({"match": {"namespaces": [TEAM_B]}, "preSteps": [busybox_step("no-prefix")]}),
+    );
+    let out = ctx.cluster.apply(&invalid);
+    assert!(!out.ok(), "an invalid policy is refused: {}", out.stdout);
+    assert!(
+        out.stderr.contains("policies.validate.bookend.dev")
+            && out.stderr.contains("spec.preSteps[0].name"),
+        "refused by the validating webhook with the field path: {}",
+        out.stderr
+    );
+    let refusal = first_line(&out.stderr);
+    let get = ctx
+        .cluster
+        .kubectl(&["get", "clustersteppolicy", "e2e-invalid"]);
+    assert!(!get.ok(), "the invalid policy was not stored");
+
+    // Valid: takes effect for the next TaskRun without a restart.
+    let probe = taskrun(TEAM_B, "probe-", "work");
+    let before = ctx
+        .cluster
+        .dry_run(&probe)
+        .expect_ok("probe dry-run")
+        .json();
+    assert!(!has_step(&before, "bookend-e2e-extra"));
+    let policy = cluster_policy(
+        "e2e-extra",
+        json!({"priority": 5, "match": {"namespaces": [TEAM_B]}, "preSteps": [busybox_step("bookend-e2e-extra")]}),
+    );
+    ctx.cluster.apply(&policy).expect_ok("apply a valid policy");
+    let applied = Instant::now();
+    let out = ctx.poll_dry_run("the new policy to take effect", &probe, |out| {
+        let object: Value =
+            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+        match step_names(&object).first().map(String::as_str) {
+            Some("bookend-e2e-extra") => Ok(()),
+            _ => Err(format!("steps {:?}", step_names(&object))),
+        }
+    });
+    let took_effect = applied.elapsed();
+    ctx.keep("dry-run with e2e-extra", &out.json());
+
+    ctx.cluster
+        .kubectl(&["delete", "clustersteppolicy", "e2e-extra"])
+        .expect_ok("delete the policy");
+    let deleted = Instant::now();
+    ctx.poll_dry_run("the deleted policy to stop injecting", &probe, |out| {
+        let object: Value =
+            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+        if has_step(&object, "bookend-e2e-extra") {
+            Err(format!("steps {:?}", step_names(&object)))
+        } else {
+            Ok(())
+        }
+    });
+    format!(
+        "invalid refused ({refusal}); new policy live after {:.1}s, deletion after {:.1}s",
+        took_effect.as_secs_f64(),
+        deleted.elapsed().as_secs_f64()
+    )
+}
+
+fn scenario_task_ref(ctx: &mut Ctx) -> String {
+    let docs = yaml_docs(&example("examples/taskruns/taskref.yaml"));
+    let task = docs
+        .iter()
+        .find(|d| d["kind"] == "Task")
+        .expect("a Task in taskref.yaml");
+    let run = docs
+        .iter()
+        .find(|d| d["kind"] == "TaskRun")
+        .expect("a TaskRun in taskref.yaml");
+    let created = ctx.cluster.create(task).expect_ok("create the Task").json();
+    let task_name = created["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let rv = created["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("resourceVersion")
+        .to_owned();
+    // bookend learns about the Task through its watch: poll until the dry-run inlines it.
+    ctx.poll_dry_run("bookend to see the Task", run, |out| {
+        if out.ok() {
+            Ok(())
+        } else {
+            Err(out.stderr.clone())
+        }
+    });
+    let object = ctx
+        .cluster
+        .create(run)
+        .expect_ok("create the taskRef TaskRun")
+        .json();
+    assert!(
+        object["spec"]["taskRef"].is_null(),
+        "taskRef replaced: {}",
+        object["spec"]
+    );
+    assert_eq!(
+        object["metadata"]["labels"]["tekton.dev/task"],
+        json!(task_name)
+    );
+    let inlined = object["metadata"]["annotations"]["bookend.dev/inlined-task"].clone();
+    assert_eq!(
+        inlined,
+        json!(format!("{task_name}@{rv}")),
+        "inlined-task annotation"
+    );
+    assert!(has_step(&object, "test") && has_step(&object, "bookend-credentials"));
+    ctx.keep("taskRef TaskRun", &object);
+    format!("inlined {inlined}; steps {:?}", step_names(&object))
+}
+
+fn scenario_origin_pipeline(ctx: &mut Ctx) -> String {
+    let policy = cluster_policy(
+        "e2e-pipeline-only",
+        json!({"priority": 50, "match": {"namespaces": [TEAM_B], "origin": "Pipeline"},
+               "preSteps": [busybox_step("bookend-e2e-pipeline")]}),
+    );
+    ctx.cluster
+        .apply(&policy)
+        .expect_ok("apply the origin: Pipeline policy");
+    let mut owned = taskrun(TEAM_B, "pr-task-", "work");
+    owned["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "tekton.dev/v1",
+        "kind": "PipelineRun",
+        "name": "fake-pipelinerun",
+        "uid": "6f1e3c2a-0000-4000-8000-0000000000e2",
+        "controller": true,
+        "blockOwnerDeletion": true,
+    }]);
+    ctx.poll_dry_run(
+        "the origin: Pipeline policy to take effect",
+        &owned,
+        |out| {
+            let object: Value =
+                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+            if has_step(&object, "bookend-e2e-pipeline") {
+                Ok(())
+            } else {
+                Err(format!("steps {:?}", step_names(&object)))
+            }
+        },
+    );
+    let out = ctx
+        .cluster
+        .create(&owned)
+        .expect_ok("create the PipelineRun-owned TaskRun");
+    let object = out.json();
+    assert!(
+        has_step(&object, "bookend-e2e-pipeline"),
+        "{:?}",
+        step_names(&object)
+    );
+    let audit = out
+        .warnings()
+        .into_iter()
+        .find(|w| {
+            w.contains("org-provenance-audit") && w.contains("would inject bookend-provenance")
+        })
+        .map(str::to_owned);
+    assert!(
+        audit.is_some(),
+        "the Audit policy (origin: Pipeline) warns: {}",
+        out.stderr
+    );
+    assert!(
+        !has_step(&object, "bookend-provenance"),
+        "Audit injects nothing"
+    );
+    ctx.keep("PipelineRun-owned TaskRun", &object);
+
+    let standalone = ctx
+        .cluster
+        .dry_run(&taskrun(TEAM_B, "alone-", "work"))
+        .expect_ok("standalone dry-run");
+    let alone = standalone.json();
+    assert!(
+        !has_step(&alone, "bookend-e2e-pipeline"),
+        "standalone: {:?}",
+        step_names(&alone)
+    );
+    assert!(
+        !standalone.stderr.contains("org-provenance-audit"),
+        "no audit warning for a standalone TaskRun: {}",
+        standalone.stderr
+    );
+    ctx.keep("standalone dry-run", &alone);
+    ctx.cluster
+        .kubectl(&["delete", "clustersteppolicy", "e2e-pipeline-only"])
+        .expect_ok("delete the policy");
+    format!(
+        "owned: steps {:?}, warning {:?}; standalone: not matched",
+        step_names(&object),
+        audit.unwrap_or_default()
+    )
+}
+
+fn scenario_rotation(ctx: &mut Ctx) -> String {
+    let old_serial = poll("a TLS handshake", Duration::from_secs(10), || {
+        ctx.bookend.served_serial(&ctx.certs.ca())
+    });
+    let file = example("examples/taskruns/build.yaml");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let stop = Arc::new(AtomicBool::new(false));
+    let (kubectl, kubeconfig) = (ctx.cluster.kubectl.clone(), ctx.cluster.kubeconfig.clone());
+    let loop_thread = {
+        let (calls, stop) = (calls.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut failures = Vec::new();
+            let mut n = 0;
+            while n < 300 && !(stop.load(Ordering::SeqCst) && n >= 50) {
+                let mut cmd = Command::new(&kubectl);
+                cmd.arg("--kubeconfig")
+                    .arg(&kubeconfig)
+                    .args(["create", "--dry-run=server", "-o", "json", "-f"])
+                    .arg(&file);
+                let out = run(cmd, None);
+                let injected = serde_json::from_str::<Value>(&out.stdout)
+                    .map(|o| has_step(&o, "bookend-credentials"))
+                    .unwrap_or(false);
+                if !out.ok() || !injected {
+                    failures.push(format!("call {n}: {} {}", out.status, out.stderr.trim()));
+                }
+                n += 1;
+                calls.store(n, Ordering::SeqCst);
+            }
+            failures
+        })
+    };
+    poll(
+        "10 admissions before the rotation",
+        Duration::from_secs(60),
+        || {
+            let n = calls.load(Ordering::SeqCst);
+            if n >= 10 {
+                Ok(())
+            } else {
+                Err(format!("{n} calls"))
+            }
+        },
+    );
+    let new_serial = ctx.certs.rotate("v2");
+    let rotated_at = calls.load(Ordering::SeqCst);
+    let switched = Instant::now();
+    poll(
+        "new handshakes to get the new certificate",
+        Duration::from_secs(30),
+        || {
+            let serial = ctx.bookend.served_serial(&ctx.certs.ca())?;
+            if serial == new_serial {
+                Ok(())
+            } else {
+                Err(format!("serial {serial}"))
+            }
+        },
+    );
+    let switch_took = switched.elapsed();
+    let switched_at = calls.load(Ordering::SeqCst);
+    poll(
+        "20 admissions after the switch",
+        Duration::from_secs(60),
+        || {
+            let n = calls.load(Ordering::SeqCst);
+            if n >= switched_at + 20 {
+                Ok(())
+            } else {
+                Err(format!("{n} calls"))
+            }
+        },
+    );
+    stop.store(true, Ordering::SeqCst);
+    let failures = loop_thread.join().expect("the admission loop");
+    let total = calls.load(Ordering::SeqCst);
+    assert!(
+        failures.is_empty(),
+        "failed admissions during rotation: {failures:#?}"
+    );
+    assert_ne!(old_serial, new_serial);
+    let (_, metrics) = ctx.bookend.admin_get("/metrics").expect("/metrics");
+    let reloads: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("bookend_certificate_reloads"))
+        .collect();
+    assert!(
+        reloads
+            .iter()
+            .any(|l| l.contains("ok") && !l.ends_with(" 0")),
+        "a successful reload is counted: {reloads:?}"
+    );
+    let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
+    let logged = log.to_lowercase().contains(&new_serial.to_lowercase());
+    format!(
+        "{total} dry-run admissions, 0 failed (rotation after call {rotated_at}, new serial served \
+         {:.1}s later, {} calls after); serial {old_serial} -> {new_serial}; {reloads:?}; \
+         new serial in log: {logged}",
+        switch_took.as_secs_f64(),
+        total - switched_at
+    )
+}
+
+fn scenario_fail_closed(ctx: &mut Ctx) -> String {
+    ctx.cluster
+        .kubectl(&["delete", "mutatingwebhookconfiguration", "bookend.dev"])
+        .expect_ok("delete the MutatingWebhookConfiguration");
+    let bare = taskrun(TEAM_A, "bare-", "work");
+    let out = poll(
+        "the apiserver to drop the mutating webhook",
+        Duration::from_secs(30),
+        || {
+            let out = ctx.cluster.dry_run(&bare);
+            if out.ok() {
+                Err(format!("admitted with steps {:?}", step_names(&out.json())))
+            } else if out.stderr.contains("taskruns.validate.bookend.dev") {
+                Ok(out)
+            } else {
+                Err(out.stderr)
+            }
+        },
+    );
+    assert!(
+        out.stderr.contains("bookend: the TaskRun lacks the steps"),
+        "bookend's backstop message: {}",
+        out.stderr
+    );
+    let real = ctx.cluster.create(&bare);
+    assert!(!real.ok(), "a real create is refused too");
+    // A namespace no Enforce policy covers is not blocked.
+    let other = ctx
+        .cluster
+        .dry_run(&taskrun("default", "free-", "work"))
+        .expect_ok("a TaskRun in an uncovered namespace");
+    let object = other.json();
+    assert_eq!(step_names(&object), vec!["work"]);
+    ctx.keep("uncovered namespace, no mutation", &object);
+    first_line(&out.stderr)
+}
+
+fn scenario_tekton_validate(ctx: &mut Ctx) -> String {
+    let path = ctx.work.join("returned.json");
+    let objects: Vec<&Value> = ctx.returned.iter().map(|(_, o)| o).collect();
+    std::fs::write(&path, serde_json::to_vec_pretty(&objects).unwrap()).expect("write");
+    let mut cmd = Command::new(tools().path("tekton-validate"));
+    cmd.arg("--json").arg(&path);
+    let out = run(cmd, None);
+    let results: Vec<Value> = serde_json::from_str(&out.stdout)
+        .unwrap_or_else(|e| panic!("tekton-validate --json: {e}: {} {}", out.stdout, out.stderr));
+    let bad: Vec<String> = results
+        .iter()
+        .filter(|r| r["ok"] != json!(true))
+        .map(|r| {
+            let label = r["doc"]
+                .as_u64()
+                .and_then(|i| ctx.returned.get(i as usize))
+                .map(|(l, _)| l.as_str())
+                .unwrap_or("?");
+            format!("{label}: {}", r["error"])
+        })
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "Tekton rejects objects the apiserver returned: {bad:#?}"
+    );
+    assert_eq!(results.len(), ctx.returned.len());
+    assert!(
+        out.ok(),
+        "tekton-validate exit {}: {}",
+        out.status,
+        out.stderr
+    );
+    format!("{} objects, all OK", results.len())
+}
+
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn real_apiserver_calls_bookend() {
+    let mut clock = Clock::new();
+    tools();
+    clock.done("tools (build-tools.sh)");
+
+    let tmp = tempfile::Builder::new()
+        .prefix("bookend-e2e-")
+        .tempdir()
+        .expect("tempdir");
+    let work = tmp.path().to_owned();
+    println!("work directory: {}", work.display());
+    let cluster = Cluster::start(work.join("cluster"));
+    clock.done("etcd + kube-apiserver + Tekton CRDs (start-cluster.sh)");
+
+    let crds = run(
+        {
+            let mut c = Command::new(bookend_bin());
+            c.arg("crds");
+            c
+        },
+        None,
+    )
+    .expect_ok("bookend crds");
+    cluster
+        .kubectl_in(&["apply", "-f", "-"], Some(crds.stdout.as_bytes()))
+        .expect_ok("apply bookend's CRDs");
+    // `kubectl wait` fails ("accessor error") while a CRD has no status yet: poll it.
+    poll(
+        "bookend's CRDs Established",
+        Duration::from_secs(60),
+        || {
+            let out = cluster.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=10s",
+                "crd/clustersteppolicies.bookend.dev",
+                "crd/steppolicies.bookend.dev",
+            ]);
+            if out.ok() { Ok(()) } else { Err(out.stderr) }
+        },
+    );
+    poll("policies in discovery", Duration::from_secs(30), || {
+        let out = cluster.kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"]);
+        if out.ok() { Ok(()) } else { Err(out.stderr) }
+    });
+    for ns in [TEAM_A, TEAM_B] {
+        cluster
+            .kubectl(&["create", "namespace", ns])
+            .expect_ok("create namespace");
+    }
+    cluster
+        .kubectl(&[
+            "apply",
+            "-f",
+            &example("examples/policies").display().to_string(),
+        ])
+        .expect_ok("apply examples/policies");
+    clock.done("bookend CRDs, namespaces, example policies");
+
+    let certs = Certs::create(work.join("certs"));
+    let mut bookend = Bookend::start(
+        &work,
+        &certs.live("tls.crt"),
+        &certs.live("tls.key"),
+        &cluster.kubeconfig,
+    );
+    bookend.wait_ready(Duration::from_secs(60));
+    clock.done("bookend certs + serve --source kubernetes until /readyz");
+
+    let configurations = webhook_configurations(&cluster, bookend.port, &certs.ca_bundle_b64());
+    std::fs::write(work.join("webhooks.yaml"), &configurations).expect("write webhooks.yaml");
+    cluster
+        .kubectl_in(&["apply", "-f", "-"], Some(configurations.as_bytes()))
+        .expect_ok("register the webhook configurations");
+    let probe = taskrun(TEAM_A, "probe-", "work");
+    poll(
+        "the apiserver to call bookend",
+        Duration::from_secs(30),
+        || {
+            let out = cluster.dry_run(&probe);
+            let object: Value =
+                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+            if has_step(&object, "bookend-credentials") {
+                Ok(())
+            } else {
+                Err(format!("steps {:?}", step_names(&object)))
+            }
+        },
+    );
+    clock.done("webhook configurations (overlay) live");
+
+    let mut ctx = Ctx {
+        bookend,
+        cluster,
+        certs,
+        work: work.clone(),
+        returned: Vec::new(),
+    };
+    type Scenario = fn(&mut Ctx) -> String;
+    let scenarios: [(&str, Scenario); 9] = [
+        (
+            "dry-run shows steps and warnings, stores nothing",
+            scenario_dry_run,
+        ),
+        (
+            "create persists steps in order; rerun injects nothing twice",
+            scenario_create_and_rerun,
+        ),
+        (
+            "reserved-prefix user step refused",
+            scenario_reserved_prefix,
+        ),
+        (
+            "policy objects: invalid refused, new live, deleted stops",
+            scenario_policy_lifecycle,
+        ),
+        ("taskRef to a cluster Task is inlined", scenario_task_ref),
+        (
+            "PipelineRun ownerReference matches origin: Pipeline",
+            scenario_origin_pipeline,
+        ),
+        ("certificate rotation under load", scenario_rotation),
+        (
+            "fail-closed backstop without the mutating webhook",
+            scenario_fail_closed,
+        ),
+        (
+            "tekton-validate accepts every returned object",
+            scenario_tekton_validate,
+        ),
+    ];
+    let mut summary = Vec::new();
+    for (name, scenario) in scenarios {
+        let started = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut ctx)));
+        let took = started.elapsed().as_secs_f64();
+        let line = match &result {
+            Ok(detail) => format!("PASS {name} ({took:.1}s): {detail}"),
+            Err(panic) => {
+                let msg = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default();
+                format!("FAIL {name} ({took:.1}s): {msg}")
+            }
+        };
+        println!("[e2e] {line}");
+        summary.push((result.is_ok(), line));
+        clock.done(name);
+    }
+
+    println!("\n=== e2e against kube-apiserver: summary ===");
+    for (_, line) in &summary {
+        println!("{line}");
+    }
+    println!("phases:");
+    for (name, took) in &clock.phases {
+        println!("  {:>6.1}s  {name}", took.as_secs_f64());
+    }
+    println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
+    let failed = summary.iter().filter(|(ok, _)| !ok).count();
+    if failed > 0 {
+        println!("--- bookend log (tail)\n{}", tail(&ctx.bookend.log, 40));
+        println!(
+            "--- kube-apiserver log (tail)\n{}",
+            tail(&ctx.cluster.dir.join("kube-apiserver.log"), 20)
+        );
+    }
+    drop(ctx);
+    if std::env::var_os("BOOKEND_E2E_KEEP").is_some() {
+        println!("kept {}", tmp.keep().display());
+    }
+    assert_eq!(
+        failed, 0,
+        "{failed} e2e scenario(s) failed (see the summary above)"
+    );
+}
