@@ -10,7 +10,8 @@
 # builds and tests, only linked statically against musl.
 #
 # Static musl build: bookend's TLS is rustls with ring (no OpenSSL) and the Kubernetes client
-# uses rustls too, so nothing needs glibc. Should a dependency ever need it, build for the
+# uses rustls too, so nothing needs glibc. The build command below was checked outside a
+# container (rust 1.95 + musl-tools, x86_64): a static-pie binary of about 6 MB. Should a dependency ever need it, build for the
 # `-gnu` target instead and use gcr.io/distroless/cc-debian12:nonroot as the final stage.
 # Pin both base images by digest in a release pipeline.
 
