@@ -20,6 +20,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use crate::engine::{Lookup, TaskObject};
+use crate::metrics::Metrics;
 use crate::policy::load::policy_from_value;
 use crate::policy::select::Labels;
 use crate::policy::{Issue, PolicyDoc, PolicySet, Settings};
@@ -159,34 +160,40 @@ fn policy_key(object: &DynamicObject) -> String {
 
 /// Starts the reflectors and the policy rebuild task. Returns at once; `status.ready` turns
 /// true once every cache has synced and the first policy set is built.
-pub fn start(client: Client, settings: Settings) -> ClusterSource {
+pub fn start(client: Client, settings: Settings, metrics: Metrics) -> ClusterSource {
     let notify = Arc::new(Notify::new());
     let status = Arc::new(Status::default());
+    let m = &metrics;
 
-    let namespaces = spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, &status);
+    let namespaces =
+        spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, &status, m.clone());
     let tasks = spawn_reflector(
         Api::all_with(client.clone(), &task_resource()),
         task_resource(),
         None,
         &status,
+        m.clone(),
     );
     let step_actions = spawn_reflector(
         Api::all_with(client.clone(), &step_action_resource()),
         step_action_resource(),
         None,
         &status,
+        m.clone(),
     );
     let cluster_policies = spawn_reflector(
         Api::all_with(client.clone(), &cluster_policy_resource()),
         cluster_policy_resource(),
         Some(notify.clone()),
         &status,
+        m.clone(),
     );
     let step_policies = spawn_reflector(
         Api::all_with(client.clone(), &step_policy_resource()),
         step_policy_resource(),
         Some(notify.clone()),
         &status,
+        m.clone(),
     );
 
     let policies = Arc::new(ArcSwap::from_pointee(
@@ -249,6 +256,9 @@ pub fn start(client: Client, settings: Settings) -> ClusterSource {
             rebuild_status
                 .invalid_policies
                 .store(notes.len() as u64, Ordering::Relaxed);
+            metrics.set_invalid_policies(notes.len());
+            metrics.set_policies_loaded(set.len());
+            metrics.policy_reload(true);
             rebuild_status.rebuilds.fetch_add(1, Ordering::Relaxed);
             for issue in &issues {
                 tracing::warn!(%issue, "invalid policy left out");
@@ -308,6 +318,7 @@ fn spawn_reflector<K>(
     dyntype: K::DynamicType,
     notify: Option<Arc<Notify>>,
     status: &Arc<Status>,
+    metrics: Metrics,
 ) -> Store<K>
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
@@ -335,6 +346,7 @@ where
                 }
                 Err(error) => {
                     status.watch_errors.fetch_add(1, Ordering::Relaxed);
+                    metrics.watch_error();
                     tracing::warn!(%error, %kind, "watch error; retrying with backoff");
                 }
             }

@@ -68,6 +68,8 @@ pub struct Metrics {
     certificate_reloads: Family<ResultLabels, Counter>,
     certificate_expiry: Gauge,
     panics: Counter,
+    invalid_policies: Gauge,
+    watch_errors: Counter,
     tls_handshake_errors: Counter,
 }
 
@@ -142,6 +144,18 @@ impl Metrics {
             "TLS handshakes that failed or timed out",
             tls_handshake_errors.clone(),
         );
+        let invalid_policies = Gauge::default();
+        registry.register(
+            "bookend_invalid_policies",
+            "Policy objects left out of the active set because they are invalid (kubernetes mode; each also gets an InvalidPolicy Event)",
+            invalid_policies.clone(),
+        );
+        let watch_errors = Counter::default();
+        registry.register(
+            "bookend_watch_errors",
+            "Kubernetes watch errors (each is retried with backoff; requests are answered from the last state)",
+            watch_errors.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
@@ -158,6 +172,8 @@ impl Metrics {
             certificate_expiry,
             panics,
             tls_handshake_errors,
+            invalid_policies,
+            watch_errors,
         }
     }
 
@@ -223,6 +239,14 @@ impl Metrics {
 
     pub fn set_certificate_expiry(&self, unix_seconds: i64) {
         self.certificate_expiry.set(unix_seconds);
+    }
+
+    pub fn set_invalid_policies(&self, n: usize) {
+        self.invalid_policies.set(n as i64);
+    }
+
+    pub fn watch_error(&self) {
+        self.watch_errors.inc();
     }
 
     pub fn handler_panic(&self) {

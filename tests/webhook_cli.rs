@@ -107,6 +107,8 @@ async fn serve_generates_a_dev_certificate_serves_and_exits_0_on_sigterm() {
     let out = bookend()
         .current_dir(dir.path())
         .args(["serve", "--source", "kubernetes"])
+        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
@@ -130,10 +132,17 @@ fn startup_errors_name_the_flag_and_exit_2() {
             String::from_utf8_lossy(&out.stderr).to_string(),
         )
     };
-    let (code, err) = run(&["serve", "--source", "kubernetes"]);
-    assert_eq!(code, Some(2));
+    let out = bookend()
+        .current_dir(dir.path())
+        .args(["serve", "--source", "kubernetes"])
+        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
     assert!(
-        err.contains("--source kubernetes is not supported yet"),
+        err.contains("--source kubernetes: cannot reach the Kubernetes API"),
         "{err}"
     );
 

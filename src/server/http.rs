@@ -130,7 +130,7 @@ async fn answer(
         {
             panic!("test hook: panic requested for this review");
         }
-        admission::review(endpoint, &body, &snapshot.set, &snapshot.catalog)
+        admission::review(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())
     }));
     match reviewed {
         Ok(reply) => (
@@ -262,7 +262,7 @@ async fn livez() -> &'static str {
 }
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.ready.load(Ordering::Acquire) {
+    if state.ready.load(Ordering::Acquire) && state.policies.is_ready() {
         (StatusCode::OK, "ok\n").into_response()
     } else {
         (

@@ -130,6 +130,7 @@ pub struct TestHooks {
 /// The validated, typed configuration of the server.
 #[derive(Clone, Debug)]
 pub struct Config {
+    pub source: Source,
     pub policies: Vec<PathBuf>,
     pub tasks: Vec<PathBuf>,
     pub settings: Settings,
@@ -147,8 +148,10 @@ pub struct Config {
 /// Why the server could not start. Messages name the flag to fix.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    #[error("--source kubernetes is not supported yet; use --source files")]
-    KubernetesNotSupported,
+    #[error(
+        "--source kubernetes: cannot reach the Kubernetes API (in-cluster service account or KUBECONFIG): {0}"
+    )]
+    Kubernetes(#[source] kube::Error),
     #[error("{flag} {}: cannot read: {source}", path.display())]
     Unreadable {
         flag: &'static str,
@@ -191,15 +194,13 @@ impl Config {
             reload_interval,
             engine,
         } = args;
-        if *source == Source::Kubernetes {
-            return Err(Error::KubernetesNotSupported);
-        }
         readable("--tls-cert", tls_cert)?;
         readable("--tls-key", tls_key)?;
         if let Some(ca) = client_ca {
             readable("--client-ca", ca)?;
         }
         Ok(Self {
+            source: *source,
             policies: policies.clone(),
             tasks: tasks.clone(),
             settings: engine.settings(),
@@ -268,14 +269,23 @@ pub struct Bound {
 pub async fn bind(config: Config) -> Result<Bound, Error> {
     let metrics = Metrics::new();
     let tls = Arc::new(TlsStore::load(config.tls.clone(), metrics.clone())?);
-    let policies = Arc::new(PolicyStore::load(
-        Sources {
-            policies: config.policies.clone(),
-            tasks: config.tasks.clone(),
-            settings: config.settings.clone(),
-        },
-        metrics.clone(),
-    )?);
+    let policies = Arc::new(match config.source {
+        Source::Files => PolicyStore::load(
+            Sources {
+                policies: config.policies.clone(),
+                tasks: config.tasks.clone(),
+                settings: config.settings.clone(),
+            },
+            metrics.clone(),
+        )?,
+        Source::Kubernetes => {
+            let client = kube::Client::try_default()
+                .await
+                .map_err(Error::Kubernetes)?;
+            let source = crate::cluster::start(client, config.settings.clone(), metrics.clone());
+            PolicyStore::kubernetes(source, metrics.clone())
+        }
+    });
     let listen = |flag, addr| async move {
         TcpListener::bind(addr)
             .await

@@ -8,15 +8,16 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
-use crate::engine::Catalog;
+use crate::cluster::ClusterSource;
+use crate::engine::{Catalog, Lookup};
 use crate::metrics::Metrics;
 use crate::policy::load::{load_paths, policy_files};
 use crate::policy::{PolicySet, Settings};
 
 /// One consistent view for a review: the policies and the objects refs resolve against.
 pub struct Snapshot {
-    pub set: PolicySet,
-    pub catalog: Catalog,
+    pub set: Arc<PolicySet>,
+    pub lookup: Arc<dyn Lookup>,
 }
 
 /// Why a policy set could not be loaded: one line per problem, each naming the file, the
@@ -46,7 +47,10 @@ impl Sources {
             problems.push(format!("--tasks: {e}"));
         }
         if problems.is_empty() {
-            Ok(Snapshot { set, catalog })
+            Ok(Snapshot {
+                set: Arc::new(set),
+                lookup: Arc::new(catalog),
+            })
         } else {
             Err(PolicyError { problems })
         }
@@ -81,10 +85,19 @@ impl Sources {
 
 /// The active snapshot and the reloader's memory.
 pub struct PolicyStore {
-    sources: Sources,
-    current: ArcSwap<Snapshot>,
-    seen: Mutex<[u8; 32]>,
+    backend: Backend,
     metrics: Metrics,
+}
+
+enum Backend {
+    /// `--source files`: polled files, swapped in when they change and are valid.
+    Files {
+        sources: Sources,
+        current: ArcSwap<Snapshot>,
+        seen: Mutex<[u8; 32]>,
+    },
+    /// `--source kubernetes`: reflector caches; the set is rebuilt on policy events.
+    Kubernetes(ClusterSource),
 }
 
 impl PolicyStore {
@@ -94,23 +107,58 @@ impl PolicyStore {
         let snapshot = sources.load()?;
         metrics.set_policies_loaded(snapshot.set.len());
         Ok(Self {
-            sources,
-            current: ArcSwap::from_pointee(snapshot),
-            seen: Mutex::new(seen),
+            backend: Backend::Files {
+                sources,
+                current: ArcSwap::from_pointee(snapshot),
+                seen: Mutex::new(seen),
+            },
             metrics,
         })
     }
 
-    /// The snapshot in use now.
-    pub fn current(&self) -> Arc<Snapshot> {
-        self.current.load_full()
+    /// Serves policies from the Kubernetes caches.
+    pub fn kubernetes(source: ClusterSource, metrics: Metrics) -> Self {
+        Self {
+            backend: Backend::Kubernetes(source),
+            metrics,
+        }
     }
 
-    /// Reloads when the files changed. Returns whether a new set was swapped in.
+    /// The snapshot in use now.
+    pub fn current(&self) -> Arc<Snapshot> {
+        match &self.backend {
+            Backend::Files { current, .. } => current.load_full(),
+            Backend::Kubernetes(source) => Arc::new(Snapshot {
+                set: source.policies.load_full(),
+                lookup: source.lookup.clone(),
+            }),
+        }
+    }
+
+    /// Whether the policies are loaded (kubernetes mode: every cache has synced).
+    pub fn is_ready(&self) -> bool {
+        match &self.backend {
+            Backend::Files { .. } => true,
+            Backend::Kubernetes(source) => source
+                .status
+                .ready
+                .load(std::sync::atomic::Ordering::Acquire),
+        }
+    }
+
+    /// Reloads when the files changed (files mode). Returns whether a new set was swapped in.
     pub fn poll(&self) -> bool {
-        let now = self.sources.fingerprint();
+        let Backend::Files {
+            sources,
+            current,
+            seen,
+        } = &self.backend
+        else {
+            return false;
+        };
+        let now = sources.fingerprint();
         {
-            let Ok(mut seen) = self.seen.lock() else {
+            let Ok(mut seen) = seen.lock() else {
                 return false;
             };
             if *seen == now {
@@ -118,10 +166,10 @@ impl PolicyStore {
             }
             *seen = now;
         }
-        match self.sources.load() {
+        match sources.load() {
             Ok(snapshot) => {
                 let n = snapshot.set.len();
-                self.current.store(Arc::new(snapshot));
+                current.store(Arc::new(snapshot));
                 self.metrics.policy_reload(true);
                 self.metrics.set_policies_loaded(n);
                 tracing::info!(policies = n, "policies reloaded");

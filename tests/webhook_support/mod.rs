@@ -198,6 +198,7 @@ impl TestServer {
         std::fs::create_dir_all(&policy_dir).unwrap();
         std::fs::write(policy_dir.join("10-test.yaml"), POLICY).unwrap();
         let config = Config {
+            source: bookend::server::Source::Files,
             policies: options.policies.unwrap_or_else(|| vec![policy_dir.clone()]),
             tasks: options.tasks,
             settings: Settings::default(),
