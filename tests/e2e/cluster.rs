@@ -846,6 +846,56 @@ fn scenario_policy_lifecycle(ctx: &mut Ctx) -> String {
     )
 }
 
+fn scenario_step_policy(ctx: &mut Ctx) -> String {
+    // A namespaced StepPolicy applies only to TaskRuns in its own namespace, whatever its match.
+    let policy = json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "StepPolicy",
+        "metadata": {"name": "e2e-team-b", "namespace": TEAM_B},
+        "spec": {"priority": 60, "match": {"namespaces": ["team-*"]},
+                 "postSteps": [busybox_step("bookend-e2e-team-b")]},
+    });
+    ctx.cluster.apply(&policy).expect_ok("apply a StepPolicy");
+    let in_b = taskrun(TEAM_B, "sp-", "work");
+    let out = ctx.poll_dry_run("the StepPolicy to take effect", &in_b, |out| {
+        let object: Value =
+            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+        if has_step(&object, "bookend-e2e-team-b") {
+            Ok(())
+        } else {
+            Err(format!("steps {:?}", step_names(&object)))
+        }
+    });
+    let object = out.json();
+    ctx.keep("dry-run with a StepPolicy", &object);
+    let in_a = ctx
+        .cluster
+        .dry_run(&taskrun(TEAM_A, "sp-", "work"))
+        .expect_ok("dry-run in team-a")
+        .json();
+    assert!(
+        !has_step(&in_a, "bookend-e2e-team-b"),
+        "a StepPolicy in team-b does not apply in team-a: {:?}",
+        step_names(&in_a)
+    );
+    ctx.cluster
+        .kubectl(&["delete", "steppolicy", "-n", TEAM_B, "e2e-team-b"])
+        .expect_ok("delete the StepPolicy");
+    ctx.poll_dry_run("the deleted StepPolicy to stop injecting", &in_b, |out| {
+        let object: Value =
+            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
+        if has_step(&object, "bookend-e2e-team-b") {
+            Err(format!("steps {:?}", step_names(&object)))
+        } else {
+            Ok(())
+        }
+    });
+    format!(
+        "team-b: steps {:?}; team-a: not applied; deletion stops it",
+        step_names(&object)
+    )
+}
+
 fn scenario_task_ref(ctx: &mut Ctx) -> String {
     let docs = yaml_docs(&example("examples/taskruns/taskref.yaml"));
     let task = docs
@@ -1070,9 +1120,12 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
         .filter(|l| l.starts_with("bookend_certificate_reloads"))
         .collect();
     assert!(
-        reloads
-            .iter()
-            .any(|l| l.contains("ok") && !l.ends_with(" 0")),
+        reloads.iter().any(|l| l
+            .starts_with(r#"bookend_certificate_reloads_total{result="success"}"#)
+            && l.rsplit(' ')
+                .next()
+                .and_then(|v| v.parse::<f64>().ok())
+                .is_some_and(|v| v >= 1.0)),
         "a successful reload is counted: {reloads:?}"
     );
     let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
@@ -1260,7 +1313,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 9] = [
+    let scenarios: [(&str, Scenario); 10] = [
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,
@@ -1276,6 +1329,10 @@ fn real_apiserver_calls_bookend() {
         (
             "policy objects: invalid refused, new live, deleted stops",
             scenario_policy_lifecycle,
+        ),
+        (
+            "StepPolicy applies only in its namespace",
+            scenario_step_policy,
         ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
         (
