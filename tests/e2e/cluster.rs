@@ -23,6 +23,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use base64::Engine as _;
 use serde_json::{Value, json};
 
 use crate::tools::tools;
@@ -176,11 +177,26 @@ impl Cluster {
             dir,
             kubectl,
         };
-        let mut cmd = Command::new("bash");
-        cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
-            .arg(&cluster.dir)
-            .env("E2E_BIN_DIR", &tools().bin);
-        let out = run(cmd, None).expect_ok("tests/e2e/start-cluster.sh");
+        // start-cluster.sh stops what it started when it fails. It can fail spuriously: its
+        // `kubectl wait --for=condition=Established` errors out (".status.conditions accessor
+        // error") when it looks at a CRD before the apiserver has written any condition. So
+        // up to three attempts.
+        let mut attempt = 1;
+        let out = loop {
+            let mut cmd = Command::new("bash");
+            cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
+                .arg(&cluster.dir)
+                .env("E2E_BIN_DIR", &tools().bin);
+            let out = run(cmd, None);
+            if out.ok() || attempt == 3 {
+                break out.expect_ok("tests/e2e/start-cluster.sh");
+            }
+            println!(
+                "start-cluster.sh failed (attempt {attempt}), retrying: {}",
+                out.stderr.lines().next().unwrap_or("")
+            );
+            attempt += 1;
+        };
         let vars: HashMap<&str, &str> = out
             .stdout
             .lines()
@@ -1033,6 +1049,24 @@ fn scenario_origin_pipeline(ctx: &mut Ctx) -> String {
     )
 }
 
+/// Remote ports of the ESTABLISHED IPv4 TCP connections to 127.0.0.1:`port` (/proc/net/tcp).
+fn established_peers(port: u16) -> std::collections::HashSet<u16> {
+    let table = std::fs::read_to_string("/proc/net/tcp").expect("/proc/net/tcp");
+    let local = format!("0100007F:{port:04X}");
+    table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (l, r, state) = (fields.get(1)?, fields.get(2)?, fields.get(3)?);
+            if *l != local || *state != "01" {
+                return None;
+            }
+            u16::from_str_radix(r.rsplit(':').next()?, 16).ok()
+        })
+        .collect()
+}
+
 fn scenario_rotation(ctx: &mut Ctx) -> String {
     let old_serial = poll("a TLS handshake", Duration::from_secs(10), || {
         ctx.bookend.served_serial(&ctx.certs.ca())
@@ -1041,6 +1075,15 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let calls = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
     let (kubectl, kubeconfig) = (ctx.cluster.kubectl.clone(), ctx.cluster.kubeconfig.clone());
+    // Stops the loop also when an assertion below panics (the scenario is caught and the
+    // next one runs on the same cluster).
+    struct StopOnDrop(Arc<AtomicBool>);
+    impl Drop for StopOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let _stop_guard = StopOnDrop(stop.clone());
     let loop_thread = {
         let (calls, stop) = (calls.clone(), stop.clone());
         std::thread::spawn(move || {
@@ -1094,12 +1137,38 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     );
     let switch_took = switched.elapsed();
     let switched_at = calls.load(Ordering::SeqCst);
+
+    // The apiserver keeps its (HTTP/2) connection to the webhook, set up with the old
+    // certificate. To make it handshake again while the loop runs, give it a new client: its
+    // webhook client cache is keyed by clientConfig, so re-register the configurations with a
+    // different caBundle (the same CA twice, as during a CA rollover). A connection from the
+    // apiserver that appears now was necessarily set up with the new certificate.
+    let before = established_peers(ctx.bookend.port);
+    let ca_pem = std::fs::read(ctx.certs.ca()).expect("ca.crt");
+    let doubled =
+        base64::engine::general_purpose::STANDARD.encode([&ca_pem[..], &ca_pem[..]].concat());
+    let configurations = webhook_configurations(&ctx.cluster, ctx.bookend.port, &doubled);
+    ctx.cluster
+        .kubectl_in(&["apply", "-f", "-"], Some(configurations.as_bytes()))
+        .expect_ok("re-register the webhooks with a new caBundle");
+    let new_peer = poll(
+        "the apiserver to open a new connection to bookend",
+        Duration::from_secs(30),
+        || {
+            let now = established_peers(ctx.bookend.port);
+            now.difference(&before)
+                .next()
+                .copied()
+                .ok_or_else(|| format!("connections from ports {now:?}, before {before:?}"))
+        },
+    );
+    let reconnected_at = calls.load(Ordering::SeqCst);
     poll(
-        "20 admissions after the switch",
+        "20 admissions after the switch, 10 after the reconnect",
         Duration::from_secs(60),
         || {
             let n = calls.load(Ordering::SeqCst);
-            if n >= switched_at + 20 {
+            if n >= switched_at + 20 && n >= reconnected_at + 10 {
                 Ok(())
             } else {
                 Err(format!("{n} calls"))
@@ -1130,8 +1199,13 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     );
     let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
     let logged = log.to_lowercase().contains(&new_serial.to_lowercase());
+    assert!(
+        established_peers(ctx.bookend.port).contains(&new_peer),
+        "the apiserver's new connection (from port {new_peer}) is still in use"
+    );
     format!(
-        "{total} dry-run admissions, 0 failed (rotation after call {rotated_at}, new serial served \
+        "apiserver reconnected from port {new_peer} (was {before:?}) after call {reconnected_at}; \
+         {total} dry-run admissions, 0 failed (rotation after call {rotated_at}, new serial served \
          {:.1}s later, {} calls after); serial {old_serial} -> {new_serial}; {reloads:?}; \
          new serial in log: {logged}",
         switch_took.as_secs_f64(),
