@@ -9,9 +9,7 @@
 //! kube-apiserver".
 //!
 //! Knobs (development only): `BOOKEND_E2E_BIN` tests another bookend binary;
-//! `BOOKEND_E2E_KEEP=1` keeps the work directory (logs, certificates, kubeconfig);
-//! `BOOKEND_E2E_SOURCE=files` runs the server with the example policy files instead of the
-//! Kubernetes source (the scenarios that need policy objects or cluster Tasks then fail).
+//! `BOOKEND_E2E_KEEP=1` keeps the work directory (logs, certificates, kubeconfig).
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -271,13 +269,7 @@ impl Bookend {
         let log = work.join("bookend.log");
         let file = std::fs::File::create(&log).expect("create bookend.log");
         let mut cmd = Command::new(bookend_bin());
-        match std::env::var("BOOKEND_E2E_SOURCE").as_deref() {
-            // Development only: a server without the Kubernetes source, policies from files.
-            Ok("files") => cmd
-                .args(["serve", "--source", "files", "--policies"])
-                .arg(crate::root().join("examples/policies")),
-            _ => cmd.args(["serve", "--source", "kubernetes"]),
-        };
+        cmd.args(["serve", "--source", "kubernetes"]);
         let child = cmd
             .arg("--tls-cert")
             .arg(cert)
@@ -771,6 +763,39 @@ fn scenario_create_and_rerun(ctx: &mut Ctx) -> String {
     );
     ctx.keep("rerun", &again);
     format!("{name}: {} steps in order; rerun unchanged", expected.len())
+}
+
+fn scenario_v1beta1(ctx: &mut Ctx) -> String {
+    // Registered for v1 and v1beta1 with matchPolicy: Exact, bookend gets the v1beta1 object as
+    // written and patches it with v1beta1 field names. (The test CRDs have conversion: None, so
+    // only the dry-run response, in the requested version, is meaningful here.)
+    let file = example("examples/taskruns/v1beta1.yaml");
+    let out = ctx
+        .cluster
+        .kubectl(&[
+            "create",
+            "--dry-run=server",
+            "-o",
+            "json",
+            "-f",
+            &file.display().to_string(),
+        ])
+        .expect_ok("kubectl create --dry-run=server v1beta1.yaml");
+    let object = out.json();
+    assert_eq!(object["apiVersion"], json!("tekton.dev/v1beta1"));
+    let offline = render(&file);
+    assert_eq!(
+        object["spec"], offline["spec"],
+        "v1beta1 spec from the apiserver equals bookend render's"
+    );
+    let credentials = &object["spec"]["taskSpec"]["steps"][0];
+    assert_eq!(credentials["name"], json!("bookend-credentials"));
+    assert!(
+        credentials.get("resources").is_some() && credentials.get("computeResources").is_none(),
+        "v1beta1 field names in the injected step: {credentials}"
+    );
+    ctx.keep("dry-run v1beta1.yaml", &object);
+    format!("tekton.dev/v1beta1 steps {:?}", step_names(&object))
 }
 
 fn scenario_reserved_prefix(ctx: &mut Ctx) -> String {
@@ -1333,7 +1358,7 @@ fn real_apiserver_calls_bookend() {
         let out = cluster.kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"]);
         if out.ok() { Ok(()) } else { Err(out.stderr) }
     });
-    for ns in [TEAM_A, TEAM_B] {
+    for ns in [TEAM_A, TEAM_B, "team-c"] {
         cluster
             .kubectl(&["create", "namespace", ns])
             .expect_ok("create namespace");
@@ -1387,7 +1412,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 10] = [
+    let scenarios: [(&str, Scenario); 11] = [
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,
@@ -1395,6 +1420,10 @@ fn real_apiserver_calls_bookend() {
         (
             "create persists steps in order; rerun injects nothing twice",
             scenario_create_and_rerun,
+        ),
+        (
+            "v1beta1 TaskRun patched with v1beta1 names",
+            scenario_v1beta1,
         ),
         (
             "reserved-prefix user step refused",
