@@ -948,6 +948,11 @@ fn scenario_task_ref(ctx: &mut Ctx) -> String {
         .find(|d| d["kind"] == "TaskRun")
         .expect("a TaskRun in taskref.yaml");
     let created = ctx.cluster.create(task).expect_ok("create the Task").json();
+    // A Task CREATE that is not Tekton's dry-run is kept away from bookend (matchConditions).
+    assert_eq!(
+        created["spec"], task["spec"],
+        "a user's Task is stored unchanged"
+    );
     let task_name = created["metadata"]["name"]
         .as_str()
         .expect("name")
@@ -987,6 +992,95 @@ fn scenario_task_ref(ctx: &mut Ctx) -> String {
     assert!(has_step(&object, "test") && has_step(&object, "bookend-credentials"));
     ctx.keep("taskRef TaskRun", &object);
     format!("inlined {inlined}; steps {:?}", step_names(&object))
+}
+
+fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
+    // Tekton's controller dry-run-creates a resolved remote Task and runs what comes back. The
+    // webhook entry tasks-dryrun.mutate.bookend.dev only matches that (matchConditions, CEL,
+    // evaluated by the apiserver): dryRun and the controller's user. Impersonate the user.
+    const CONTROLLER: &str = "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
+    let rbac = json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-tekton-controller"},
+                "rules": [{"apiGroups": ["tekton.dev"], "resources": ["tasks"], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-tekton-controller"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "e2e-tekton-controller"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
+                              "namespace": "tekton-pipelines"}],
+            },
+        ],
+    });
+    ctx.cluster
+        .apply(&rbac)
+        .expect_ok("RBAC for the impersonated controller");
+    let task = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"generateName": "resolved-", "namespace": TEAM_A},
+        "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
+                            "script": "echo remote"}]},
+    });
+    let as_controller = format!("--as={CONTROLLER}");
+    let out = poll(
+        "the controller's RBAC to take effect",
+        Duration::from_secs(30),
+        || {
+            let out = ctx
+                .cluster
+                .with_object(&["create", "--dry-run=server", &as_controller], &task);
+            if out.ok() { Ok(out) } else { Err(out.stderr) }
+        },
+    );
+    let object = out.json();
+    let names = step_names_of(&object["spec"]);
+    assert!(
+        names.iter().any(|n| n == "bookend-sbom") && names.iter().any(|n| n == "remote-build"),
+        "the controller's dry-run Task gets the namespace-level policies' steps: {names:?}"
+    );
+    assert!(
+        !names.iter().any(|n| n == "bookend-credentials"),
+        "org-credentials has a TaskRun-level criterion (exclude.selector), so it cannot apply: {names:?}"
+    );
+    // What Tekton then runs: the Task's spec as a TaskRun's taskSpec; let Tekton validate it.
+    ctx.keep(
+        "remote Task dry-run (as taskSpec)",
+        &json!({
+            "apiVersion": "tekton.dev/v1",
+            "kind": "TaskRun",
+            "metadata": {"generateName": "resolved-run-", "namespace": TEAM_A},
+            "spec": {"taskSpec": object["spec"].clone()},
+        }),
+    );
+    // The same dry-run by anyone else is not sent to bookend.
+    let admin = ctx
+        .cluster
+        .with_object(&["create", "--dry-run=server"], &task)
+        .expect_ok("dry-run Task as the admin")
+        .json();
+    assert_eq!(admin["spec"], task["spec"], "unchanged for other users");
+    format!("controller's dry-run Task: steps {names:?}; other users' Tasks untouched")
+}
+
+fn step_names_of(spec: &Value) -> Vec<String> {
+    spec["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 fn scenario_origin_pipeline(ctx: &mut Ctx) -> String {
@@ -1412,7 +1506,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 11] = [
+    let scenarios: [(&str, Scenario); 12] = [
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,
@@ -1438,6 +1532,10 @@ fn real_apiserver_calls_bookend() {
             scenario_step_policy,
         ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
+        (
+            "Tekton controller's dry-run of a remote Task gets the steps",
+            scenario_remote_task_dry_run,
+        ),
         (
             "PipelineRun ownerReference matches origin: Pipeline",
             scenario_origin_pipeline,
