@@ -1208,7 +1208,7 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
         std::thread::spawn(move || {
             let mut failures = Vec::new();
             let mut n = 0;
-            while n < 300 && !(stop.load(Ordering::SeqCst) && n >= 50) {
+            while n < 300 && (n < 50 || !stop.load(Ordering::SeqCst)) {
                 let mut cmd = Command::new(&kubectl);
                 cmd.arg("--kubeconfig")
                     .arg(&kubeconfig)
