@@ -725,8 +725,13 @@ fn scenario_create_and_rerun(ctx: &mut Ctx) -> String {
         .as_str()
         .expect("name")
         .to_owned();
-    let expected = step_names(&render(&file));
+    let offline = render(&file);
+    let expected = step_names(&offline);
     assert_eq!(step_names(&object), expected, "persisted steps in order");
+    assert_eq!(
+        object["spec"], offline["spec"],
+        "the stored spec equals bookend render's"
+    );
     let stored = ctx
         .cluster
         .kubectl(&["get", "taskrun", "-n", TEAM_A, &name, "-o", "json"])
