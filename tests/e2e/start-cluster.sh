@@ -129,8 +129,10 @@ wait_for "namespace default" K get namespace default
 
 # --- Tekton CRDs (too large for client-side apply: create)
 K create -f "$BIN/crds/300-taskrun.yaml" -f "$BIN/crds/300-task.yaml" -f "$BIN/crds/300-stepaction.yaml" >/dev/null
-K wait --for=condition=Established --timeout="${TIMEOUT}s" \
-  crd/taskruns.tekton.dev crd/tasks.tekton.dev crd/stepactions.tekton.dev >/dev/null
+# `kubectl wait` errors out (instead of waiting) while a new CRD has no conditions yet, so
+# poll it like everything else.
+wait_for "Tekton CRDs Established" K wait --for=condition=Established --timeout=2s \
+  crd/taskruns.tekton.dev crd/tasks.tekton.dev crd/stepactions.tekton.dev
 # discovery lags a little behind Established
 wait_for "taskruns in discovery" K get taskruns.v1.tekton.dev -A
 t_crds=$SECONDS
