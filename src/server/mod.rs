@@ -443,6 +443,21 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Dev certificate if needed, config, bind, serve until SIGTERM/SIGINT.
+async fn start_and_run(args: &ServeArgs) -> Result<(), Error> {
+    if let Some(ca) = ensure_dev_certificate(args)? {
+        tracing::info!(
+            ca = %ca.display(),
+            cert = %args.tls_cert.display(),
+            key = %args.tls_key.display(),
+            "no certificate at the default paths: generated a development CA and serving certificate (trust the CA to call the webhook)"
+        );
+    }
+    let bound = bind(Config::from_args(args)?).await?;
+    bound.run(shutdown_signal()).await;
+    Ok(())
+}
+
 /// Runs `bookend serve`: exit 0 after a clean shutdown, 2 when it cannot start.
 pub fn main(args: ServeArgs) -> ExitCode {
     crate::telemetry::init(args.log_format, &args.log_level);
@@ -460,35 +475,13 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::from(crate::cli::exit::USAGE);
         }
     };
-    let code = runtime.block_on(async {
-        let started = ensure_dev_certificate(&args)
-            .and_then(|generated| {
-                if let Some(ca) = generated {
-                    tracing::info!(
-                        ca = %ca.display(),
-                        cert = %args.tls_cert.display(),
-                        key = %args.tls_key.display(),
-                        "no certificate at the default paths: generated a development CA and serving certificate (trust the CA to call the webhook)"
-                    );
-                }
-                Config::from_args(&args)
-            })
-            .map(|config| async move { bind(config).await });
-        let bound = match started {
-            Ok(binding) => binding.await,
-            Err(e) => Err(e),
-        };
-        match bound {
-            Ok(bound) => {
-                bound.run(shutdown_signal()).await;
-                crate::cli::exit::OK
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                crate::cli::exit::USAGE
-            }
+    let code = match runtime.block_on(start_and_run(&args)) {
+        Ok(()) => crate::cli::exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            crate::cli::exit::USAGE
         }
-    });
+    };
     // Connection tasks past the drain timeout are dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::from(code)
