@@ -53,48 +53,53 @@ const DEFAULT_TLS_KEY: &str = "certs/tls.key";
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Policy file or directory (repeatable; files mode).
-    #[arg(long, default_value = "examples/policies")]
+    #[arg(long, value_name = "PATH", default_value = "examples/policies")]
     pub policies: Vec<PathBuf>,
     /// Serving certificate (PEM). With the default paths missing, a dev pair is generated.
-    #[arg(long, default_value = DEFAULT_TLS_CERT)]
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_CERT)]
     pub tls_cert: PathBuf,
     /// Serving key (PEM).
-    #[arg(long, default_value = DEFAULT_TLS_KEY)]
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_KEY)]
     pub tls_key: PathBuf,
     /// CA bundle (PEM): when set, clients must present a certificate signed by it.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// Webhook (HTTPS) listen address.
-    #[arg(long, default_value = "127.0.0.1:8443")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
     pub listen: SocketAddr,
     /// Admin (HTTP: /livez, /readyz, /metrics) listen address.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub admin_listen: SocketAddr,
     /// Where policies come from.
     #[arg(long, value_enum, default_value_t = Source::Files)]
     pub source: Source,
     /// Task, StepAction and Namespace objects for resolving refs (files mode; repeatable).
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub tasks: Vec<PathBuf>,
     /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "BOOKEND_LOG_FORMAT")]
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "BOOKEND_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Log filter: a level (`info`, `debug`) or directives (`bookend=debug,hyper=info`).
     /// `RUST_LOG` wins when set.
-    #[arg(long, default_value = "info", env = "BOOKEND_LOG_LEVEL")]
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "BOOKEND_LOG_LEVEL"
+    )]
     pub log_level: String,
     /// Time allowed for the TLS handshake and for each request's headers (`500ms`, `5s`, `1m`).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
     /// Time allowed to receive a request body; slower clients get 408. Keep it below the
     /// webhook configuration's `timeoutSeconds`.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// How often the certificate, key, policy and task files are checked for changes.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub reload_interval: Duration,
     #[command(flatten)]
     pub engine: EngineArgs,
