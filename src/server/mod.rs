@@ -327,11 +327,6 @@ impl Bound {
         self.admin_addr
     }
 
-    /// The metrics this server records.
-    pub fn metrics(&self) -> Metrics {
-        self.state.metrics.clone()
-    }
-
     /// Serves until `shutdown` completes, then stops accepting, lets in-flight requests finish
     /// (within the drain timeout) and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
@@ -426,8 +421,14 @@ async fn reload_loop(
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
+/// Completes on SIGTERM or SIGINT, and logs which.
 pub async fn shutdown_signal() {
+    let name = signal().await;
+    tracing::info!("{name} received");
+}
+
+/// Waits for SIGTERM or SIGINT; returns its name.
+async fn signal() -> &'static str {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -443,8 +444,8 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
+        () = ctrl_c => "SIGINT",
+        () = term => "SIGTERM",
     }
 }
 
@@ -459,7 +460,17 @@ async fn start_and_run(args: &ServeArgs) -> Result<(), Error> {
         );
     }
     let bound = bind(Config::from_args(args)?).await?;
-    bound.run(shutdown_signal()).await;
+    // A second signal during the drain exits at once.
+    let second_signal = async {
+        signal().await;
+        signal().await;
+    };
+    tokio::select! {
+        () = bound.run(shutdown_signal()) => {}
+        () = second_signal => {
+            tracing::warn!("second signal: exiting without waiting for in-flight requests");
+        }
+    }
     Ok(())
 }
 
