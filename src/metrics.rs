@@ -62,6 +62,7 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     duration: HistogramFamily<EndpointLabels>,
     in_flight: Gauge,
+    connections: Gauge,
     injected: Family<PolicyLabels, Counter>,
     policies_loaded: Gauge,
     policy_reloads: Family<ResultLabels, Counter>,
@@ -101,6 +102,12 @@ impl Metrics {
             "bookend_admission_in_flight",
             "Admission requests being handled now",
             in_flight.clone(),
+        );
+        let connections = Gauge::default();
+        registry.register(
+            "bookend_webhook_connections",
+            "Webhook connections open now (TLS handshake included)",
+            connections.clone(),
         );
         let injected = Family::<PolicyLabels, Counter>::default();
         registry.register(
@@ -165,6 +172,7 @@ impl Metrics {
             requests,
             duration,
             in_flight,
+            connections,
             injected,
             policies_loaded,
             policy_reloads,
@@ -217,6 +225,12 @@ impl Metrics {
         InFlight(self.in_flight.clone())
     }
 
+    /// A webhook connection was accepted (the guard decrements on drop).
+    pub fn connection(&self) -> InFlight {
+        self.connections.inc();
+        InFlight(self.connections.clone())
+    }
+
     pub fn set_policies_loaded(&self, n: usize) {
         self.policies_loaded.set(n as i64);
     }
@@ -266,7 +280,8 @@ impl Metrics {
     }
 }
 
-/// Decrements `bookend_admission_in_flight` when dropped.
+/// Decrements a gauge (`bookend_admission_in_flight`, `bookend_webhook_connections`) when
+/// dropped.
 pub struct InFlight(Gauge);
 
 impl Drop for InFlight {

@@ -334,6 +334,8 @@ async fn admin_endpoints_expose_health_and_every_metric_family() {
         "# TYPE bookend_certificate_expiry_timestamp_seconds gauge",
         "bookend_handler_panics_total 0",
         "bookend_admission_in_flight 0",
+        "# TYPE bookend_webhook_connections gauge",
+        "bookend_tls_handshake_errors_total",
     ] {
         assert!(text.contains(family), "missing {family:?} in\n{text}");
     }

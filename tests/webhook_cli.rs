@@ -226,3 +226,110 @@ fn certs_writes_the_files_and_names_them() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--host \"bad host!\""));
 }
+
+#[tokio::test]
+async fn a_second_sigterm_during_the_drain_exits_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("p.yaml");
+    std::fs::write(&policies, POLICY).unwrap();
+    let mut child = bookend()
+        .current_dir(dir.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--header-read-timeout", "2m", "--drain-timeout", "2m"])
+        .arg("--policies")
+        .arg(&policies)
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let wait_for = |needle: &str| -> String {
+        loop {
+            let line = rx
+                .recv_timeout(Duration::from_secs(20))
+                .unwrap_or_else(|_| panic!("no log line with {needle:?}"));
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    };
+    let serving = wait_for("webhook=https://");
+    let addr = serving
+        .split("webhook=https://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let admin = serving
+        .split("admin=http://")
+        .nth(1)
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    // A connection that never completes its handshake keeps the drain waiting.
+    let _silent = std::net::TcpStream::connect(&addr).unwrap();
+    eventually(
+        "the connection to be accepted",
+        Duration::from_secs(10),
+        || {
+            let url = format!("http://{admin}/metrics");
+            async move {
+                match reqwest::get(url).await {
+                    Ok(r) => {
+                        metric_value(
+                            &r.text().await.unwrap_or_default(),
+                            "bookend_webhook_connections",
+                        ) == 1.0
+                    }
+                    Err(_) => false,
+                }
+            }
+        },
+    )
+    .await;
+    let term = || {
+        assert!(
+            Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status()
+                .unwrap()
+                .success()
+        )
+    };
+    term();
+    let draining = wait_for("shutting down");
+    assert!(draining.contains("drain_timeout=120s"), "{draining}");
+    let line = wait_for("draining open connections");
+    assert!(line.contains("connections=1"), "{line}");
+    let started = std::time::Instant::now();
+    term();
+    let deadline = started + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no exit after the second SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(0));
+}

@@ -56,7 +56,9 @@ pub async fn serve_tls(
         let watcher = graceful.watcher();
         let router = router.clone();
         let metrics = metrics.clone();
+        let open = metrics.connection();
         tokio::spawn(async move {
+            let _open = open;
             let handshake =
                 tokio::time::timeout(limits.header_read_timeout, acceptor.accept(socket)).await;
             let stream = match handshake {

@@ -53,48 +53,53 @@ const DEFAULT_TLS_KEY: &str = "certs/tls.key";
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// Policy file or directory (repeatable; files mode).
-    #[arg(long, default_value = "examples/policies")]
+    #[arg(long, value_name = "PATH", default_value = "examples/policies")]
     pub policies: Vec<PathBuf>,
     /// Serving certificate (PEM). With the default paths missing, a dev pair is generated.
-    #[arg(long, default_value = DEFAULT_TLS_CERT)]
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_CERT)]
     pub tls_cert: PathBuf,
     /// Serving key (PEM).
-    #[arg(long, default_value = DEFAULT_TLS_KEY)]
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_KEY)]
     pub tls_key: PathBuf,
     /// CA bundle (PEM): when set, clients must present a certificate signed by it.
     #[arg(long, value_name = "FILE")]
     pub client_ca: Option<PathBuf>,
     /// Webhook (HTTPS) listen address.
-    #[arg(long, default_value = "127.0.0.1:8443")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
     pub listen: SocketAddr,
     /// Admin (HTTP: /livez, /readyz, /metrics) listen address.
-    #[arg(long, default_value = "127.0.0.1:8080")]
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
     pub admin_listen: SocketAddr,
     /// Where policies come from.
     #[arg(long, value_enum, default_value_t = Source::Files)]
     pub source: Source,
     /// Task, StepAction and Namespace objects for resolving refs (files mode; repeatable).
-    #[arg(long)]
+    #[arg(long, value_name = "PATH")]
     pub tasks: Vec<PathBuf>,
     /// Log format.
-    #[arg(long, value_enum, default_value_t = LogFormat::Text, env = "BOOKEND_LOG_FORMAT")]
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "BOOKEND_LOG_FORMAT")]
     pub log_format: LogFormat,
     /// Log filter: a level (`info`, `debug`) or directives (`bookend=debug,hyper=info`).
     /// `RUST_LOG` wins when set.
-    #[arg(long, default_value = "info", env = "BOOKEND_LOG_LEVEL")]
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "BOOKEND_LOG_LEVEL"
+    )]
     pub log_level: String,
     /// Time allowed for the TLS handshake and for each request's headers (`500ms`, `5s`, `1m`).
-    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
     /// Time allowed to receive a request body; slower clients get 408. Keep it below the
     /// webhook configuration's `timeoutSeconds`.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
     pub request_timeout: Duration,
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.
-    #[arg(long, default_value = "20s", value_parser = parse_duration)]
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_timeout: Duration,
     /// How often the certificate, key, policy and task files are checked for changes.
-    #[arg(long, default_value = "1s", value_parser = parse_duration)]
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub reload_interval: Duration,
     #[command(flatten)]
     pub engine: EngineArgs,
@@ -332,11 +337,6 @@ impl Bound {
         self.admin_addr
     }
 
-    /// The metrics this server records.
-    pub fn metrics(&self) -> Metrics {
-        self.state.metrics.clone()
-    }
-
     /// Serves until `shutdown` completes, then stops accepting, lets in-flight requests finish
     /// (within the drain timeout) and returns.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
@@ -431,8 +431,14 @@ async fn reload_loop(
     }
 }
 
-/// Completes on SIGTERM or SIGINT.
+/// Completes on SIGTERM or SIGINT, and logs which.
 pub async fn shutdown_signal() {
+    let name = signal().await;
+    tracing::info!("{name} received");
+}
+
+/// Waits for SIGTERM or SIGINT; returns its name.
+async fn signal() -> &'static str {
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
@@ -448,9 +454,34 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     let term = std::future::pending::<()>();
     tokio::select! {
-        () = ctrl_c => tracing::info!("SIGINT received"),
-        () = term => tracing::info!("SIGTERM received"),
+        () = ctrl_c => "SIGINT",
+        () = term => "SIGTERM",
     }
+}
+
+/// Dev certificate if needed, config, bind, serve until SIGTERM/SIGINT.
+async fn start_and_run(args: &ServeArgs) -> Result<(), Error> {
+    if let Some(ca) = ensure_dev_certificate(args)? {
+        tracing::info!(
+            ca = %ca.display(),
+            cert = %args.tls_cert.display(),
+            key = %args.tls_key.display(),
+            "no certificate at the default paths: generated a development CA and serving certificate (trust the CA to call the webhook)"
+        );
+    }
+    let bound = bind(Config::from_args(args)?).await?;
+    // A second signal during the drain exits at once.
+    let second_signal = async {
+        signal().await;
+        signal().await;
+    };
+    tokio::select! {
+        () = bound.run(shutdown_signal()) => {}
+        () = second_signal => {
+            tracing::warn!("second signal: exiting without waiting for in-flight requests");
+        }
+    }
+    Ok(())
 }
 
 /// Runs `bookend serve`: exit 0 after a clean shutdown, 2 when it cannot start.
@@ -470,35 +501,13 @@ pub fn main(args: ServeArgs) -> ExitCode {
             return ExitCode::from(crate::cli::exit::USAGE);
         }
     };
-    let code = runtime.block_on(async {
-        let started = ensure_dev_certificate(&args)
-            .and_then(|generated| {
-                if let Some(ca) = generated {
-                    tracing::info!(
-                        ca = %ca.display(),
-                        cert = %args.tls_cert.display(),
-                        key = %args.tls_key.display(),
-                        "no certificate at the default paths: generated a development CA and serving certificate (trust the CA to call the webhook)"
-                    );
-                }
-                Config::from_args(&args)
-            })
-            .map(|config| async move { bind(config).await });
-        let bound = match started {
-            Ok(binding) => binding.await,
-            Err(e) => Err(e),
-        };
-        match bound {
-            Ok(bound) => {
-                bound.run(shutdown_signal()).await;
-                crate::cli::exit::OK
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                crate::cli::exit::USAGE
-            }
+    let code = match runtime.block_on(start_and_run(&args)) {
+        Ok(()) => crate::cli::exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            crate::cli::exit::USAGE
         }
-    });
+    };
     // Connection tasks past the drain timeout are dropped here.
     runtime.shutdown_timeout(Duration::from_millis(100));
     ExitCode::from(code)
