@@ -14,7 +14,9 @@
 //!
 //! Layout: [`tekton`] is the TaskRun model, [`policy`] the `bookend.dev/v1alpha1` API, loading,
 //! validation and matching, [`engine`] the decision, [`patch`] the JSON patch, [`admission`] the
-//! AdmissionReview envelope, [`cli`] the command line.
+//! AdmissionReview envelope, [`cli`] the command line, [`server`] the HTTPS webhook and admin
+//! port (with [`metrics`] and [`telemetry`]), [`cluster`] the Kubernetes-mode caches, [`certs`]
+//! the development certificates.
 
 #![forbid(unsafe_code)]
 
