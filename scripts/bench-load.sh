@@ -10,7 +10,10 @@
 #
 # Environment (defaults in brackets):
 #   DURATION   measured seconds per cell [10]      WARMUP  seconds before measuring [1]
-#   CONNS      concurrent connections [1 4 16 64 256]
+#   CONNS      concurrent connections, closed loop (each connection sends its next request
+#              as soon as the answer arrives: the server's maximum) [1 4 16 64 256]
+#   PACED      paced cells, CONNS@TOTAL_REQ_PER_S: the connections share a fixed request rate
+#              (h2load --rps), as an API server would send reviews [64@500]
 #   PROTOCOLS  h1 and/or h2 [h1 h2]
 #   BODIES     pipeline (/work/shared/samples/..., or SAMPLE=) and/or example
 #              (examples/admission-review.json) [pipeline example]
@@ -29,7 +32,8 @@ root=$PWD
 
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-1}
-CONNS=${CONNS:-"1 4 16 64 256"}
+CONNS=${CONNS-"1 4 16 64 256"}
+PACED=${PACED-"64@500"}
 PROTOCOLS=${PROTOCOLS:-"h1 h2"}
 BODIES=${BODIES:-"pipeline example"}
 SERVERS=${SERVERS:-"bookend null"}
@@ -52,8 +56,8 @@ fi
 
 mkdir -p "$OUT/raw" "$OUT/certs" "$OUT/bin"
 # Private copies: a concurrent build relinking target/release mid-run cannot mix versions.
-cp "$BOOKEND" "$OUT/bin/bookend"
-cp "$NULL" "$OUT/bin/null_webhook"
+cp -p "$BOOKEND" "$OUT/bin/bookend"
+cp -p "$NULL" "$OUT/bin/null_webhook"
 BOOKEND=$OUT/bin/bookend
 NULL=$OUT/bin/null_webhook
 rm -f "$OUT"/raw/*
@@ -116,6 +120,8 @@ hz=$(getconf CLK_TCK)
     echo "rustc: $(rustc --version)"
     echo "h2load: $(h2load --version | head -1)"
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    echo "uncommitted src/ changes when this ran: $(git status --short -- src Cargo.toml 2>/dev/null | tr '\n' ' ')"
+    echo "binaries built: $(date -u -r "$BOOKEND" +%FT%TZ) (bookend), $(date -u -r "$NULL" +%FT%TZ) (null_webhook)"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "duration: ${DURATION}s (+${WARMUP}s warm-up) per cell; h2load threads: $LOADGEN_THREADS"
     echo "bookend args: ${BOOKEND_ARGS:-(none)}"
@@ -136,13 +142,20 @@ done
 } >"$OUT/idle.txt"
 
 # --- the matrix ---
-echo "body,protocol,conns,server,duration_s,requests,rps,p50_us,p99_us,p999_us,max_us,non2xx,transport_errors,cpu_s,cpu_pct,cpu_us_per_req,peak_rss_kib" \
+echo "body,protocol,conns,rate,server,duration_s,requests,rps,p50_us,p99_us,p999_us,max_us,non2xx,transport_errors,cpu_s,cpu_pct,cpu_us_per_req,peak_rss_kib" \
     >"$OUT/raw/cells.csv"
 for b in $BODIES; do
     for proto in $PROTOCOLS; do
-        for c in $CONNS; do
+        for spec in $CONNS $PACED; do
+            c=${spec%@*}
+            rate=0
+            pace=()
+            if [[ $spec == *@* ]]; then
+                rate=${spec#*@}
+                pace=(--rps "$(python3 -c "print($rate / $c)")")
+            fi
             for s in $SERVERS; do
-                cell="$b-$proto-c$c-$s"
+                cell="$b-$proto-c$c-r$rate-$s"
                 p=${pid[$s]}
                 echo 5 >"/proc/$p/clear_refs" # resets VmHWM to the current RSS
                 t=$((LOADGEN_THREADS < c ? LOADGEN_THREADS : c))
@@ -150,18 +163,18 @@ for b in $BODIES; do
                 [[ $proto == h1 ]] && h1=(--h1)
                 before=$(cpu_ticks "$p")
                 start=$(date +%s.%N)
-                h2load "${h1[@]}" -c "$c" -m 1 -t "$t" -D "$DURATION" --warm-up-time "$WARMUP" \
+                h2load "${h1[@]}" "${pace[@]}" -c "$c" -m 1 -t "$t" -D "$DURATION" --warm-up-time "$WARMUP" \
                     -d "${body_file[$b]}" -H 'Content-Type: application/json' \
                     --log-file "$OUT/raw/$cell.log" \
                     "https://127.0.0.1:${port[$s]}/mutate" >"$OUT/raw/$cell.txt" 2>&1 || true
                 end=$(date +%s.%N)
                 after=$(cpu_ticks "$p")
                 hwm=$(status_kb "$p" VmHWM)
-                python3 - "$OUT/raw/$cell.txt" "$OUT/raw/$cell.log" "$b" "$proto" "$c" "$s" \
+                python3 - "$OUT/raw/$cell.txt" "$OUT/raw/$cell.log" "$b" "$proto" "$c" "$rate" "$s" \
                     "$DURATION" "$((after - before))" "$hz" "$start" "$end" "$hwm" \
                     >>"$OUT/raw/cells.csv" <<'EOF'
 import re, sys
-txt, log, body, proto, conns, server, dur, ticks, hz, start, end, hwm = sys.argv[1:]
+txt, log, body, proto, conns, rate, server, dur, ticks, hz, start, end, hwm = sys.argv[1:]
 out = open(txt).read()
 def num(pattern, default=0):
     m = re.search(pattern, out)
@@ -196,7 +209,7 @@ wall = float(end) - float(start)
 cpu = int(ticks) / float(hz)
 # CPU covers warm-up and measurement; requests of the warm-up are estimated at the same rate.
 per_req = cpu / (rps * wall) * 1e6 if rps else 0
-print(f"{body},{proto},{conns},{server},{dur},{n},{rps:.0f},{pct(.5)},{pct(.99)},{pct(.999)},"
+print(f"{body},{proto},{conns},{rate},{server},{dur},{n},{rps:.0f},{pct(.5)},{pct(.99)},{pct(.999)},"
       f"{lat[-1] if lat else 0},{non2xx},{transport},{cpu:.2f},{100 * cpu / wall:.0f},"
       f"{per_req:.0f},{hwm}")
 EOF
@@ -261,15 +274,15 @@ out = sys.argv[1]
 rows = list(csv.DictReader(open(f"{out}/results.csv")))
 cells = {}
 for r in rows:
-    cells.setdefault((r["body"], r["protocol"], int(r["conns"])), {})[r["server"]] = r
+    cells.setdefault((r["body"], r["protocol"], int(r["conns"]), int(r["rate"])), {})[r["server"]] = r
 def ms(us):
     return f"{int(us) / 1000:.2f}"
 lines = []
 for body in dict.fromkeys(r["body"] for r in rows):
     lines.append(f"\n### Body: {body}\n")
-    lines.append("| proto | conns | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio |")
-    lines.append("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for (b, proto, c), servers in cells.items():
+    lines.append("| proto | conns | offered req/s | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio |")
+    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for (b, proto, c, rate), servers in cells.items():
         if b != body:
             continue
         for name, r in servers.items():
@@ -281,7 +294,7 @@ for body in dict.fromkeys(r["body"] for r in rows):
                 if float(n["p99_us"]):
                     ratio_p99 = f"{float(r['p99_us']) / float(n['p99_us']):.2f}"
             lines.append(
-                f"| {proto} | {c} | {name} | {r['rps']} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | "
+                f"| {proto} | {c} | {rate or 'max'} | {name} | {r['rps']} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | "
                 f"{ms(r['p999_us'])} | {r['non2xx']} / {r['transport_errors']} | {r['cpu_pct']} | "
                 f"{r['cpu_us_per_req']} | {int(r['peak_rss_kib']) / 1024:.1f} | {ratio_rps} | {ratio_p99} |")
 open(f"{out}/results.md", "w").write("\n".join(lines).lstrip() + "\n")
