@@ -320,8 +320,8 @@ pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Dec
 
     let mut enforce = Vec::new();
     let mut audit = Vec::new();
-    for policy in set.candidates(request.namespace) {
-        if matches!(policy.verdict(&subject), Verdict::Matched(_)) {
+    for policy in set.candidates(&subject) {
+        if policy.matches(&subject) {
             match policy.spec.mode {
                 Mode::Enforce => enforce.push(policy),
                 Mode::Audit => audit.push(policy),
@@ -438,13 +438,9 @@ pub fn decide_resolved_task(
         origin: tekton::Origin::Standalone,
     };
     let applied: Vec<&Policy> = set
-        .candidates(request.namespace)
+        .candidates(&subject)
         .into_iter()
-        .filter(|p| {
-            p.spec.mode == Mode::Enforce
-                && p.namespace_level_only()
-                && matches!(p.verdict(&subject), Verdict::Matched(_))
-        })
+        .filter(|p| p.spec.mode == Mode::Enforce && p.namespace_level_only() && p.matches(&subject))
         .collect();
     let mut taskrun = serde_json::json!({
         "apiVersion": version.as_str(),
@@ -792,7 +788,7 @@ fn merge_volumes(
             return false;
         };
         record.is_some_and(|r| r.has_volume(name))
-            || set.policies().iter().any(|p| {
+            || set.volume_owner(name).is_some_and(|p| {
                 p.volumes
                     .iter()
                     .any(|pv| pv.get("name") == v.get("name") && canonical(pv) == canonical(v))

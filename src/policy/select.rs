@@ -123,21 +123,48 @@ impl Glob {
             .collect()
     }
 
+    /// The literal text every match starts with (empty when the glob starts with a wildcard).
+    pub fn literal_prefix(&self) -> String {
+        self.tokens
+            .iter()
+            .map_while(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The literal text every match ends with (empty when the glob ends with a wildcard).
+    pub fn literal_suffix(&self) -> String {
+        let mut suffix: Vec<char> = self
+            .tokens
+            .iter()
+            .rev()
+            .map_while(|t| match t {
+                Token::Literal(c) => Some(*c),
+                _ => None,
+            })
+            .collect();
+        suffix.reverse();
+        suffix.into_iter().collect()
+    }
+
     /// Whether `text` matches the whole glob.
     pub fn matches(&self, text: &str) -> bool {
-        let text: Vec<char> = text.chars().collect();
         // Iterative matcher with single-star backtracking: linear for the patterns people write.
+        // `t` is a byte offset into `text`; no allocation.
+        let next = |t: usize| text[t..].chars().next();
         let (mut t, mut p) = (0, 0);
         let mut star: Option<(usize, usize)> = None;
-        while t < text.len() {
+        while let Some(c) = next(t) {
             match self.tokens.get(p) {
                 Some(Token::AnyRun) => {
                     star = Some((p, t));
                     p += 1;
                     continue;
                 }
-                Some(token) if token.matches_char(text[t]) => {
-                    t += 1;
+                Some(token) if token.matches_char(c) => {
+                    t += c.len_utf8();
                     p += 1;
                     continue;
                 }
@@ -145,9 +172,10 @@ impl Glob {
             }
             match star {
                 Some((sp, st)) => {
+                    let skipped = next(st).map_or(1, char::len_utf8);
                     p = sp + 1;
-                    t = st + 1;
-                    star = Some((sp, st + 1));
+                    t = st + skipped;
+                    star = Some((sp, t));
                 }
                 None => return false,
             }
@@ -252,6 +280,35 @@ impl Selector {
     /// True for `{}`, which selects everything.
     pub fn is_empty(&self) -> bool {
         self.requirements.is_empty()
+    }
+
+    /// Whether the labels `get` returns satisfy every requirement (the allocation-free form of
+    /// [`Selector::check`]).
+    pub fn holds<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
+        self.requirements.iter().all(|r| match r {
+            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        })
+    }
+
+    /// A label key and the values one of which any selected object must carry under it (from
+    /// the first `matchLabels` entry, else the first `In` expression), for indexing.
+    pub fn required_label(&self) -> Option<(&str, Vec<&str>)> {
+        let equals = self.requirements.iter().find_map(|r| match r {
+            Requirement::Equals(k, v) => Some((k.as_str(), vec![v.as_str()])),
+            _ => None,
+        });
+        equals.or_else(|| {
+            self.requirements.iter().find_map(|r| match r {
+                Requirement::In(k, vs) => {
+                    Some((k.as_str(), vs.iter().map(String::as_str).collect()))
+                }
+                _ => None,
+            })
+        })
     }
 
     /// `Ok(())` when `labels` satisfy every requirement, else the first one that fails.
@@ -396,6 +453,34 @@ impl Matcher {
         })
     }
 
+    /// [`Matcher::check_all`] without the explanation: whether every criterion given holds.
+    pub fn holds_all(&self, subject: &Subject<'_>) -> bool {
+        (self.namespaces.is_empty() || self.namespaces.iter().any(|g| g.matches(subject.namespace)))
+            && self
+                .namespace_selector
+                .as_ref()
+                .is_none_or(|s| s.holds(|k| namespace_label(subject, k)))
+            && self
+                .selector
+                .as_ref()
+                .is_none_or(|s| s.holds(|k| subject.labels.get(k).map(String::as_str)))
+            && origin_holds(self.origin, subject.origin)
+    }
+
+    /// [`Matcher::check_any`] without the explanation: whether any criterion given holds.
+    pub fn holds_any(&self, subject: &Subject<'_>) -> bool {
+        self.namespaces.iter().any(|g| g.matches(subject.namespace))
+            || self
+                .namespace_selector
+                .as_ref()
+                .is_some_and(|s| s.holds(|k| namespace_label(subject, k)))
+            || self
+                .selector
+                .as_ref()
+                .is_some_and(|s| s.holds(|k| subject.labels.get(k).map(String::as_str)))
+            || (self.origin != OriginMatch::Any && origin_holds(self.origin, subject.origin))
+    }
+
     /// Match semantics: every criterion given must hold. `Ok` carries why it matched.
     pub fn check_all(&self, subject: &Subject<'_>) -> Result<String, String> {
         let mut why = Vec::new();
@@ -485,10 +570,22 @@ fn origin_holds(wanted: OriginMatch, actual: Origin) -> bool {
     }
 }
 
+/// Label of the TaskRun's namespace, with `kubernetes.io/metadata.name` implied.
+fn namespace_label<'a>(subject: &Subject<'a>, key: &str) -> Option<&'a str> {
+    match subject.namespace_labels.get(key) {
+        Some(v) => Some(v.as_str()),
+        None if key == NAME_LABEL => Some(subject.namespace),
+        None => None,
+    }
+}
+
+/// The label Kubernetes sets on every namespace to its name.
+pub const NAME_LABEL: &str = "kubernetes.io/metadata.name";
+
 fn namespace_labels(subject: &Subject<'_>) -> Labels {
     let mut labels = subject.namespace_labels.clone();
     labels
-        .entry("kubernetes.io/metadata.name".to_owned())
+        .entry(NAME_LABEL.to_owned())
         .or_insert_with(|| subject.namespace.to_owned());
     labels
 }
