@@ -1,0 +1,69 @@
+//! A fixed amount of one benchmark's work, for profilers: instruction counts from
+//! `valgrind --tool=callgrind` are repeatable on a loaded machine where wall-clock times are
+//! not. Not a criterion benchmark (`harness = false`).
+//!
+//! `cargo bench --bench profile -- <case> <steps> <policies> <iterations>`, case one of
+//! `review` (admission::review), `decide` (engine::decide), `diff` (patch::diff), `parse`
+//! (the review body into a serde_json::Value), `setup` (inputs only: subtract it).
+//!
+//! scripts/bench-profile.sh runs it under callgrind and prints instructions per iteration.
+
+mod support;
+
+use std::hint::black_box;
+use std::time::Instant;
+
+use bookend::admission::{self, Endpoint};
+use bookend::engine::{self, Request};
+use bookend::patch;
+use serde_json::Value;
+
+fn main() {
+    let args: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let case = args.first().map(String::as_str).unwrap_or("review");
+    let num =
+        |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
+    let (steps, policies, iterations) = (num(1, 3), num(2, 10), num(3, 1000));
+    let body = support::body_with_steps(steps);
+    let object = support::review_with_steps(steps)["request"]["object"].clone();
+    let set = support::policy_set(policies);
+    let catalog = support::catalog(0);
+    let request = Request {
+        object: &object,
+        namespace: "team-a",
+        dry_run: false,
+    };
+    let admitted = engine::decide(request, &set, &catalog).object;
+    let began = Instant::now();
+    for _ in 0..iterations {
+        match case {
+            "review" => {
+                black_box(admission::review(
+                    Endpoint::Mutate,
+                    black_box(&body),
+                    &set,
+                    &catalog,
+                ));
+            }
+            "decide" => {
+                black_box(engine::decide(black_box(request), &set, &catalog));
+            }
+            "diff" => {
+                black_box(patch::diff(black_box(&object), black_box(&admitted)));
+            }
+            "parse" => {
+                black_box(serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"));
+            }
+            "setup" => {}
+            other => panic!("unknown case {other}"),
+        }
+    }
+    let elapsed = began.elapsed();
+    println!(
+        "{case} steps={steps} policies={policies} iterations={iterations} wall_per_iter_us={:.2}",
+        elapsed.as_secs_f64() * 1e6 / iterations.max(1) as f64
+    );
+}
