@@ -111,6 +111,8 @@ sleep 1
 
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
 cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# Whole machine: busy and total ticks (all CPUs), to show how much else was running.
+machine_ticks() { awk '/^cpu / {print $2+$3+$4+$7+$8+$9, $2+$3+$4+$5+$6+$7+$8+$9}' /proc/stat; }
 hz=$(getconf CLK_TCK)
 
 {
@@ -142,7 +144,7 @@ done
 } >"$OUT/idle.txt"
 
 # --- the matrix ---
-echo "body,protocol,conns,rate,server,duration_s,requests,rps,p50_us,p99_us,p999_us,max_us,non2xx,transport_errors,cpu_s,cpu_pct,cpu_us_per_req,peak_rss_kib" \
+echo "body,protocol,conns,rate,server,duration_s,requests,rps,p50_us,p99_us,p999_us,max_us,non2xx,transport_errors,cpu_s,cpu_pct,cpu_us_per_req,peak_rss_kib,loadgen_cpu_pct,machine_busy_pct,others_cpu_pct" \
     >"$OUT/raw/cells.csv"
 for b in $BODIES; do
     for proto in $PROTOCOLS; do
@@ -162,19 +164,22 @@ for b in $BODIES; do
                 h1=()
                 [[ $proto == h1 ]] && h1=(--h1)
                 before=$(cpu_ticks "$p")
+                m_before=$(machine_ticks)
                 start=$(date +%s.%N)
-                h2load "${h1[@]}" "${pace[@]}" -c "$c" -m 1 -t "$t" -D "$DURATION" --warm-up-time "$WARMUP" \
+                TIMEFORMAT="%U %S"
+                { time h2load "${h1[@]}" "${pace[@]}" -c "$c" -m 1 -t "$t" -D "$DURATION" --warm-up-time "$WARMUP" \
                     -d "${body_file[$b]}" -H 'Content-Type: application/json' \
                     --log-file "$OUT/raw/$cell.log" \
-                    "https://127.0.0.1:${port[$s]}/mutate" >"$OUT/raw/$cell.txt" 2>&1 || true
+                    "https://127.0.0.1:${port[$s]}/mutate" >"$OUT/raw/$cell.txt" 2>&1 || true; } 2>"$OUT/raw/$cell.time"
                 end=$(date +%s.%N)
                 after=$(cpu_ticks "$p")
+                m_after=$(machine_ticks)
                 hwm=$(status_kb "$p" VmHWM)
                 python3 - "$OUT/raw/$cell.txt" "$OUT/raw/$cell.log" "$b" "$proto" "$c" "$rate" "$s" \
-                    "$DURATION" "$((after - before))" "$hz" "$start" "$end" "$hwm" \
+                    "$DURATION" "$((after - before))" "$hz" "$start" "$end" "$hwm" "$(cat "$OUT/raw/$cell.time")" "$m_before" "$m_after" "$(nproc)" \
                     >>"$OUT/raw/cells.csv" <<'EOF'
 import re, sys
-txt, log, body, proto, conns, rate, server, dur, ticks, hz, start, end, hwm = sys.argv[1:]
+txt, log, body, proto, conns, rate, server, dur, ticks, hz, start, end, hwm, lg, m0, m1, ncpu = sys.argv[1:]
 out = open(txt).read()
 def num(pattern, default=0):
     m = re.search(pattern, out)
@@ -209,9 +214,14 @@ wall = float(end) - float(start)
 cpu = int(ticks) / float(hz)
 # CPU covers warm-up and measurement; requests of the warm-up are estimated at the same rate.
 per_req = cpu / (rps * wall) * 1e6 if rps else 0
+# The load generator's CPU, and the whole machine's (in % of one CPU, like the server's).
+lg_pct = 100 * sum(float(x) for x in lg.split()) / wall
+(b0, t0), (b1, t1) = (map(int, m0.split()), map(int, m1.split()))
+busy = 100 * int(ncpu) * (b1 - b0) / (t1 - t0) if t1 > t0 else 0
+server_pct = 100 * cpu / wall
 print(f"{body},{proto},{conns},{rate},{server},{dur},{n},{rps:.0f},{pct(.5)},{pct(.99)},{pct(.999)},"
       f"{lat[-1] if lat else 0},{non2xx},{transport},{cpu:.2f},{100 * cpu / wall:.0f},"
-      f"{per_req:.0f},{hwm}")
+      f"{per_req:.0f},{hwm},{lg_pct:.0f},{busy:.0f},{max(0, busy - server_pct - lg_pct):.0f}")
 EOF
                 tail -1 "$OUT/raw/cells.csv"
             done
@@ -280,8 +290,8 @@ def ms(us):
 lines = []
 for body in dict.fromkeys(r["body"] for r in rows):
     lines.append(f"\n### Body: {body}\n")
-    lines.append("| proto | conns | offered req/s | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio |")
-    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| proto | conns | offered req/s | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | h2load CPU % | others CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio |")
+    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (b, proto, c, rate), servers in cells.items():
         if b != body:
             continue
@@ -295,7 +305,7 @@ for body in dict.fromkeys(r["body"] for r in rows):
                     ratio_p99 = f"{float(r['p99_us']) / float(n['p99_us']):.2f}"
             lines.append(
                 f"| {proto} | {c} | {rate or 'max'} | {name} | {r['rps']} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | "
-                f"{ms(r['p999_us'])} | {r['non2xx']} / {r['transport_errors']} | {r['cpu_pct']} | "
+                f"{ms(r['p999_us'])} | {r['non2xx']} / {r['transport_errors']} | {r['cpu_pct']} | {r['loadgen_cpu_pct']} | {r['others_cpu_pct']} | "
                 f"{r['cpu_us_per_req']} | {int(r['peak_rss_kib']) / 1024:.1f} | {ratio_rps} | {ratio_p99} |")
 open(f"{out}/results.md", "w").write("\n".join(lines).lstrip() + "\n")
 EOF
