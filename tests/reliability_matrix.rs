@@ -848,3 +848,79 @@ async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<TcpStre
         .await
         .unwrap()
 }
+
+/// Reads one HTTP/1.1 response (head and `Content-Length` body); `None` when the connection
+/// closed first.
+async fn read_one(
+    stream: &mut tokio_rustls::client::TlsStream<TcpStream>,
+) -> Option<(u16, String, Vec<u8>)> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let status: u16 = head.split(' ').nth(1)?.parse().ok()?;
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                return Some((status, head, buf[end + 4..end + 4 + length].to_vec()));
+            }
+        }
+        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
+            .await
+            .ok()?
+            .ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Found by the soak's load generator: an answer that did not read the request body (404 on
+/// an unknown path, 405) left the keep-alive connection to be closed after the response, without
+/// `Connection: close`, so the client's next request on it failed with EOF.
+#[tokio::test]
+async fn error_answers_keep_the_connection_usable() {
+    let server = TestServer::start(Options::default()).await;
+    let good = body(&sample_review());
+    let mut stream = raw_tls(&server).await;
+    for (method, path, payload, status) in [
+        ("POST", "/nope", b"{\"x\": 1}".to_vec(), 404),
+        ("PUT", "/mutate", b"{\"x\": 1}".to_vec(), 405),
+        ("POST", "/mutate", b"not json".to_vec(), 400),
+    ] {
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            payload.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&payload).await.unwrap();
+        let (got, head, _) = read_one(&mut stream)
+            .await
+            .unwrap_or_else(|| panic!("{method} {path}: connection closed"));
+        assert_eq!(got, status, "{method} {path}");
+        let closes = head.to_ascii_lowercase().contains("connection: close");
+        // The same connection serves the next review (or the server said it would close).
+        if closes {
+            stream = raw_tls(&server).await;
+        }
+        let head = format!(
+            "POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+            good.len()
+        );
+        stream.write_all(head.as_bytes()).await.unwrap();
+        stream.write_all(&good).await.unwrap();
+        let answer = read_one(&mut stream).await;
+        assert!(
+            matches!(answer, Some((200, _, _))),
+            "after {method} {path} ({status}) the connection was closed without `Connection: close`"
+        );
+    }
+}
