@@ -230,25 +230,32 @@ fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
         .into_response()
 }
 
+/// Reads and drops a body the answer does not need (bounded in size and time), so an HTTP/1.1
+/// keep-alive connection stays usable: hyper closes a connection whose request body was left
+/// unread, after a response that did not say `Connection: close`, and the client's next request
+/// on it then fails.
+async fn discard_body(request: Request) {
+    let read = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
+    let _ = tokio::time::timeout(Duration::from_secs(1), read).await;
+}
+
 async fn not_found(request: Request) -> Response {
-    json_response(
-        StatusCode::NOT_FOUND,
-        error_body(&format!(
-            "no such endpoint {}: use POST /mutate or POST /validate",
-            request.uri().path()
-        )),
-    )
+    let message = format!(
+        "no such endpoint {}: use POST /mutate or POST /validate",
+        request.uri().path()
+    );
+    discard_body(request).await;
+    json_response(StatusCode::NOT_FOUND, error_body(&message))
 }
 
 async fn method_not_allowed(request: Request) -> Response {
-    let mut response = json_response(
-        StatusCode::METHOD_NOT_ALLOWED,
-        error_body(&format!(
-            "method {} not allowed: use POST {}",
-            request.method(),
-            request.uri().path()
-        )),
+    let message = format!(
+        "method {} not allowed: use POST {}",
+        request.method(),
+        request.uri().path()
     );
+    discard_body(request).await;
+    let mut response = json_response(StatusCode::METHOD_NOT_ALLOWED, error_body(&message));
     response
         .headers_mut()
         .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
