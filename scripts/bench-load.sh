@@ -21,6 +21,7 @@
 #   LOADGEN_THREADS  h2load threads [1]
 #   STARTUP_RUNS     startup-to-ready runs per server [20]
 #   BOOKEND_ARGS     extra `bookend serve` flags (e.g. "--log-level warn") []
+#   BOOKEND_PRELOAD  LD_PRELOAD for bookend only (e.g. /usr/lib/x86_64-linux-gnu/libjemalloc.so.2) []
 #   OUT        output directory [target/bench-load]
 #
 # Writes $OUT/results.csv, $OUT/results.md (tables), $OUT/summary.md (idle RSS, startup),
@@ -40,6 +41,7 @@ SERVERS=${SERVERS:-"bookend null"}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 STARTUP_RUNS=${STARTUP_RUNS:-20}
 BOOKEND_ARGS=${BOOKEND_ARGS:-}
+BOOKEND_PRELOAD=${BOOKEND_PRELOAD:-}
 SAMPLE=${SAMPLE:-/work/shared/samples/admission-review-taskrun-pipeline.json}
 OUT=${OUT:-target/bench-load}
 target=${CARGO_TARGET_DIR:-target}
@@ -88,7 +90,7 @@ tls=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 # Request logs at bookend's default level (info) go to /dev/null: formatted and written,
 # but not kept (a 10 s cell at 10k req/s would be 30 MB of log).
 # shellcheck disable=SC2086
-"$BOOKEND" serve --policies examples/policies "${tls[@]}" \
+LD_PRELOAD=$BOOKEND_PRELOAD "$BOOKEND" serve --policies examples/policies "${tls[@]}" \
     --listen 127.0.0.1:${port[bookend]} --admin-listen 127.0.0.1:${admin[bookend]} \
     $BOOKEND_ARGS 2>/dev/null &
 pid[bookend]=$!
@@ -126,7 +128,7 @@ hz=$(getconf CLK_TCK)
     echo "binaries built: $(date -u -r "$BOOKEND" +%FT%TZ) (bookend), $(date -u -r "$NULL" +%FT%TZ) (null_webhook)"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "duration: ${DURATION}s (+${WARMUP}s warm-up) per cell; h2load threads: $LOADGEN_THREADS"
-    echo "bookend args: ${BOOKEND_ARGS:-(none)}"
+    echo "bookend args: ${BOOKEND_ARGS:-(none)}; LD_PRELOAD: ${BOOKEND_PRELOAD:-(none)}"
 } >"$OUT/env.txt"
 
 # Sanity: both answer 200 with the right uid; bookend mutates the example body.
