@@ -45,43 +45,99 @@ pub fn push_token(path: &mut String, token: &str) {
     }
 }
 
-fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>) {
-    if old == new {
-        return;
+/// Equality of JSON values that compares objects member by member in order first (no key
+/// hashing), and falls back to `==` (order-insensitive) only when the key orders differ.
+pub fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            if x.len() != y.len() {
+                return false;
+            }
+            for ((ka, va), (kb, vb)) in x.iter().zip(y) {
+                if ka != kb {
+                    return a == b;
+                }
+                if !same(va, vb) {
+                    return false;
+                }
+            }
+            true
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
+        }
+        _ => a == b,
     }
+}
+
+fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let len = path.len();
-            for key in a.keys() {
-                if !b.contains_key(key) {
-                    push_token(path, key);
-                    ops.push(Operation::Remove { path: path.clone() });
-                    path.truncate(len);
+            // Members usually keep their order: take the old value by position then, without
+            // hashing the key.
+            let aligned = a.len() == b.len() && a.keys().zip(b.keys()).all(|(x, y)| x == y);
+            if !aligned {
+                for key in a.keys() {
+                    if !b.contains_key(key) {
+                        push_token(path, key);
+                        ops.push(Operation::Remove { path: path.clone() });
+                        path.truncate(len);
+                    }
                 }
             }
+            let mut old_members = a.values();
             for (key, new_value) in b {
-                push_token(path, key);
-                match a.get(key) {
-                    Some(old_value) => diff_at(path, old_value, new_value, ops),
-                    None => ops.push(Operation::Add {
-                        path: path.clone(),
-                        value: new_value.clone(),
-                    }),
+                let old_value = if aligned {
+                    old_members.next()
+                } else {
+                    a.get(key)
+                };
+                match old_value {
+                    Some(old_value) => {
+                        let both_objects = old_value.is_object() && new_value.is_object();
+                        if both_objects || !same(old_value, new_value) {
+                            push_token(path, key);
+                            diff_at(path, old_value, new_value, ops);
+                            path.truncate(len);
+                        }
+                    }
+                    None => {
+                        push_token(path, key);
+                        ops.push(Operation::Add {
+                            path: path.clone(),
+                            value: new_value.clone(),
+                        });
+                        path.truncate(len);
+                    }
                 }
-                path.truncate(len);
             }
         }
-        (Value::Array(a), Value::Array(b)) => diff_array(path, a, b, ops),
-        _ => ops.push(Operation::Replace {
-            path: path.clone(),
-            value: new.clone(),
-        }),
+        (Value::Array(a), Value::Array(b)) => {
+            if !same(old, new) {
+                diff_array(path, a, b, ops);
+            }
+        }
+        _ => {
+            if old != new {
+                ops.push(Operation::Replace {
+                    path: path.clone(),
+                    value: new.clone(),
+                });
+            }
+        }
     }
 }
 
 /// Alignment key of an array element: the `name` of a named object, or the ordinal among the
 /// unnamed ones (unnamed steps keep their relative order).
-fn keys(items: &[Value]) -> Option<Vec<(bool, String)>> {
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Key<'a> {
+    Named(&'a str),
+    Unnamed(usize),
+}
+
+fn keys(items: &[Value]) -> Option<Vec<Key<'_>>> {
     let mut unnamed = 0;
     let mut out = Vec::with_capacity(items.len());
     for item in items {
@@ -91,9 +147,9 @@ fn keys(items: &[Value]) -> Option<Vec<(bool, String)>> {
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
         {
-            Some(name) => out.push((true, name.to_owned())),
+            Some(name) => out.push(Key::Named(name)),
             None => {
-                out.push((false, unnamed.to_string()));
+                out.push(Key::Unnamed(unnamed));
                 unnamed += 1;
             }
         }
@@ -110,13 +166,13 @@ fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Ope
     }
     // Scalars and anonymous objects: shared prefix, then shared suffix, then a positional
     // diff of equal-length middles or a remove/add of the rest.
-    let prefix = old.iter().zip(new).take_while(|(a, b)| a == b).count();
+    let prefix = old.iter().zip(new).take_while(|(a, b)| same(a, b)).count();
     let (old_rest, new_rest) = (&old[prefix..], &new[prefix..]);
     let suffix = old_rest
         .iter()
         .rev()
         .zip(new_rest.iter().rev())
-        .take_while(|(a, b)| a == b)
+        .take_while(|(a, b)| same(a, b))
         .count();
     let old_mid = &old_rest[..old_rest.len() - suffix];
     let new_mid = &new_rest[..new_rest.len() - suffix];
@@ -144,7 +200,7 @@ fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Ope
     }
 }
 
-fn all_distinct(keys: &[(bool, String)]) -> bool {
+fn all_distinct(keys: &[Key<'_>]) -> bool {
     let mut seen = std::collections::HashSet::with_capacity(keys.len());
     keys.iter().all(|k| seen.insert(k))
 }
@@ -153,11 +209,11 @@ fn diff_keyed(
     path: &mut String,
     old: &[Value],
     new: &[Value],
-    old_keys: &[(bool, String)],
-    new_keys: &[(bool, String)],
+    old_keys: &[Key<'_>],
+    new_keys: &[Key<'_>],
     ops: &mut Vec<Operation>,
 ) {
-    let old_index: HashMap<&(bool, String), usize> =
+    let old_index: HashMap<&Key<'_>, usize> =
         old_keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
     // For each new element, the old element with the same key; keep the longest run of
     // matches whose old indexes increase (the rest is removed and added again).
