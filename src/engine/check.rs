@@ -202,8 +202,46 @@ enum RefKind {
 }
 
 /// Collects `$(params.x…)`, `$(params["x"])` and `$(workspaces.x.…)` references with the field
-/// path where they occur.
+/// path where they occur (`path` prefixes every field path).
 fn collect_refs(value: &Value, path: &str, out: &mut Vec<(String, RefKind, String)>) {
+    let mut segments = Vec::new();
+    if !path.is_empty() {
+        segments.push(Segment::Key(path));
+    }
+    collect_refs_at(value, &mut segments, out);
+}
+
+/// One step of a field path; the path is only written out for a string that holds a reference.
+enum Segment<'a> {
+    Key(&'a str),
+    Index(usize),
+}
+
+fn render(segments: &[Segment<'_>]) -> String {
+    let mut path = String::new();
+    for segment in segments {
+        match segment {
+            Segment::Key(k) => {
+                if !path.is_empty() {
+                    path.push('.');
+                }
+                path.push_str(k);
+            }
+            Segment::Index(i) => {
+                path.push('[');
+                path.push_str(&i.to_string());
+                path.push(']');
+            }
+        }
+    }
+    path
+}
+
+fn collect_refs_at<'a>(
+    value: &'a Value,
+    path: &mut Vec<Segment<'a>>,
+    out: &mut Vec<(String, RefKind, String)>,
+) {
     match value {
         Value::String(s) => {
             for (i, _) in s.match_indices("$(") {
@@ -213,7 +251,7 @@ fn collect_refs(value: &Value, path: &str, out: &mut Vec<(String, RefKind, Strin
                         .chars()
                         .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'))
                         .collect();
-                    out.push((path.to_owned(), RefKind::Param, name));
+                    out.push((render(path), RefKind::Param, name));
                 } else if let Some(rest) = inner
                     .strip_prefix("params[\"")
                     .or_else(|| inner.strip_prefix("params['"))
@@ -222,29 +260,28 @@ fn collect_refs(value: &Value, path: &str, out: &mut Vec<(String, RefKind, Strin
                         .chars()
                         .take_while(|c| !matches!(c, '"' | '\''))
                         .collect();
-                    out.push((path.to_owned(), RefKind::Param, name));
+                    out.push((render(path), RefKind::Param, name));
                 } else if let Some(rest) = inner.strip_prefix("workspaces.") {
                     let name: String = rest
                         .chars()
                         .take_while(|c| *c != '.' && *c != ')')
                         .collect();
-                    out.push((path.to_owned(), RefKind::Workspace, name));
+                    out.push((render(path), RefKind::Workspace, name));
                 }
             }
         }
         Value::Array(items) => {
             for (i, v) in items.iter().enumerate() {
-                collect_refs(v, &format!("{path}[{i}]"), out);
+                path.push(Segment::Index(i));
+                collect_refs_at(v, path, out);
+                path.pop();
             }
         }
         Value::Object(obj) => {
             for (k, v) in obj {
-                let p = if path.is_empty() {
-                    k.clone()
-                } else {
-                    format!("{path}.{k}")
-                };
-                collect_refs(v, &p, out);
+                path.push(Segment::Key(k));
+                collect_refs_at(v, path, out);
+                path.pop();
             }
         }
         _ => {}

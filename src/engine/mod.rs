@@ -247,9 +247,17 @@ pub struct Decision {
 impl Decision {
     fn new(object: &Value) -> Self {
         Self {
+            object: object.clone(),
+            ..Self::empty()
+        }
+    }
+
+    /// A decision to allow, with `object` `Null`.
+    fn empty() -> Self {
+        Self {
             outcome: Outcome::Allowed,
             patch: Vec::new(),
-            object: object.clone(),
+            object: Value::Null,
             message: None,
             warnings: Vec::new(),
             audit_annotations: BTreeMap::new(),
@@ -303,7 +311,17 @@ pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Ve
 /// Decides what happens to a TaskRun CREATE. Objects that are not TaskRuns are allowed
 /// unchanged.
 pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
-    let mut decision = Decision::new(request.object);
+    let mut decision = decide_patch(request, set, lookup);
+    if decision.outcome != Outcome::Mutated {
+        decision.object = request.object.clone();
+    }
+    decision
+}
+
+/// [`decide`] for the webhook, which answers with the patch alone: `object` is left `Null`
+/// unless the TaskRun is mutated, so an unchanged TaskRun is not copied.
+pub fn decide_patch(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
+    let mut decision = Decision::empty();
     let Some(view) = TaskRunView::new(request.object) else {
         return decision;
     };
@@ -734,14 +752,17 @@ fn inject_into(
         }
     }
 
-    let mut new_spec = task_spec.clone();
-    let spec_obj = new_spec.as_object_mut().expect("taskSpec is an object");
-    spec_obj.insert("steps".to_owned(), Value::Array(final_steps));
-    merge_volumes(spec_obj, applied, set, record.as_ref())?;
-    check::check(&new_spec, &composed.kinds, applied, run_params, context)?;
-
-    let mut object = object.clone();
-    object["spec"]["taskSpec"] = new_spec;
+    // One copy of the object, without its steps (they are replaced).
+    let mut object = clone_without_steps(object);
+    let new_spec = object
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("taskSpec"))
+        .and_then(Value::as_object_mut)
+        .expect("taskSpec is an object");
+    new_spec.insert("steps".to_owned(), Value::Array(final_steps));
+    merge_volumes(new_spec, applied, set, record.as_ref())?;
+    let new_spec = &object["spec"]["taskSpec"];
+    check::check(new_spec, &composed.kinds, applied, run_params, context)?;
     let record = Record {
         policies: applied
             .iter()
@@ -767,6 +788,29 @@ fn inject_into(
         );
     }
     Ok(Some(object))
+}
+
+/// A copy of a TaskRun with `spec.taskSpec.steps` left out (`Null`): the steps are about to be
+/// replaced, so copying them would be wasted.
+fn clone_without_steps(object: &Value) -> Value {
+    fn except(value: &Value, path: &[&str]) -> Value {
+        match (path.split_first(), value) {
+            (Some((head, rest)), Value::Object(map)) => Value::Object(
+                map.iter()
+                    .map(|(k, v)| {
+                        let v = match (k == head, rest.is_empty()) {
+                            (true, true) => Value::Null,
+                            (true, false) => except(v, rest),
+                            (false, _) => v.clone(),
+                        };
+                        (k.clone(), v)
+                    })
+                    .collect(),
+            ),
+            _ => value.clone(),
+        }
+    }
+    except(object, &["spec", "taskSpec", "steps"])
 }
 
 /// Removes volumes bookend added before and adds the applied policies' volumes; a user volume
