@@ -35,7 +35,7 @@ fi
 
 # Memory: one process per point, so each peak is its own.
 cargo bench --bench memory --no-run
-echo "policies,tasks,rss_start_kib,rss_end_kib,peak_rss_kib,build_ms,outcome" > "$out/memory.csv"
+echo "policies,tasks,rss_start_kib,rss_end_kib,peak_rss_kib,build_ms,outcome,rss_trimmed_kib" > "$out/memory.csv"
 for tasks in 0 10000; do
   for policies in 1 10 100 1000 10000; do
     cargo bench -q --bench memory -- "$policies" "$tasks" | tail -n 1 | tee -a "$out/memory.csv"

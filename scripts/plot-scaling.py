@@ -122,7 +122,7 @@ def main():
         series = []
         for tasks in sorted({int(r["tasks"]) for r in rows}):
             sel = [r for r in rows if int(r["tasks"]) == tasks]
-            series.append((f"{tasks:,} Tasks: steady", [(int(r["policies"]), int(r["rss_end_kib"]) / 1024) for r in sel]))
+            series.append((f"{tasks:,} Tasks: kept", [(int(r["policies"]), int(r["rss_trimmed_kib"]) / 1024) for r in sel]))
             series.append((f"{tasks:,} Tasks: peak", [(int(r["policies"]), int(r["peak_rss_kib"]) / 1024) for r in sel]))
         chart(os.path.join(d, "memory.svg"), "Resident memory vs loaded policies",
               "loaded policies (log)", "RSS (MiB)", series, xlog=True, note=machine)
