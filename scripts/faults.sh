@@ -143,7 +143,7 @@ reload() {
 }
 
 sigterm() {
-    start_server --policies examples/policies --drain-timeout 10s
+    start_server --policies examples/policies --drain-timeout 10s --log-format json
     load 12 --retry-closed --concurrency 16 --rate 200
     sleep 5
     local pid=$server_pid
@@ -153,7 +153,13 @@ sigterm() {
     server_pid=
     finish_load
     [ "$code" = 0 ] || { echo "  exit code $code"; overall=1; }
-    report sigterm "$(field "$summary" failed)" "$(field "$summary" ok) answered before and during the drain; exit code $code; $(field "$summary" refused) not accepted (closed idle or connect refused after the listener closed)"
+    # Every review the server read was answered: its log has one line per answered review
+    # (404/405 are not reviews), and the client received exactly that many.
+    local logged received
+    logged=$(grep -c -E '"message":"(mutated|allowed|denied|malformed request)"' "$work/server.log" || true)
+    received=$(python3 -c 'import json,sys; k=json.loads(sys.argv[1])["by_kind"]; print(sum(v["ok"] + v["failed"] for n, v in k.items() if n not in ("not-found", "method")))' "$summary")
+    [ "$logged" = "$received" ] || { echo "  the server answered $logged reviews, the client received $received"; overall=1; }
+    report sigterm "$(field "$summary" failed)" "$(field "$summary" ok) answered before and during the drain ($logged reviews logged by the server, $received received); exit code $code; $(field "$summary" refused) not accepted (closed idle or connect refused after the listener closed)"
 }
 
 slow() {

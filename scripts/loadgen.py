@@ -158,7 +158,7 @@ def worker(i, args, ctx, stats, stop, deadline):
             if resp.getheader("connection", "").lower() == "close":
                 conn.close()
                 conn = None
-        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError) as e:
+        except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError, ssl.SSLEOFError, ssl.SSLZeroReturnError) as e:
             # The server closed an idle keep-alive connection just as we reused it (graceful
             # shutdown closes idle connections). The request was not processed: retry once on
             # a new connection, as the API server's client does.
@@ -183,7 +183,7 @@ def main():
     p.add_argument("--concurrency", type=int, default=8)
     p.add_argument("--timeout", type=float, default=10.0)
     p.add_argument("--fresh-every", type=int, default=20, help="every Nth request on a new connection (0: never)")
-    p.add_argument("--retry-closed", action="store_true", help="count a keep-alive closed by the server before the request as refused, not failed")
+    p.add_argument("--retry-closed", action="store_true", help="count a keep-alive connection the server closed with no answer as refused, not failed (graceful shutdown closes idle HTTP/1.1 connections; a request written at that moment was never read: faults.sh checks that against the server's log)")
     p.add_argument("--stop-file", help="stop early when this file exists")
     p.add_argument("--progress", type=float, default=0, help="print counts every N seconds")
     args = p.parse_args()
