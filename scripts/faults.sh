@@ -216,7 +216,7 @@ watch() {
     mapfile -t args <<<"$cmdline"
     setsid "${args[@]}" >>"$cluster_dir/kube-apiserver.log" 2>&1 </dev/null &
     APISERVER_PID=$!
-    sed -i "s/^APISERVER_PID=.*/APISERVER_PID=$APISERVER_PID/" "$cluster_dir/env" 2>/dev/null || true
+    echo "$APISERVER_PID" >"$cluster_dir/kube-apiserver.pid"  # for stop-cluster.sh
     echo "  kube-apiserver restarted at $(date -u +%T)"
     finish_load
     # The caches recover: a policy created after the restart is served.
