@@ -285,7 +285,13 @@ pub fn compose(
             if !is_always(kind) && !must_succeed.is_empty() {
                 if gate.as_ref().is_none_or(|(_, n)| *n != must_succeed.len()) {
                     let name = settings.gate_name(helpers.len() + 1);
-                    steps.push(gate_step(settings, &name, &must_succeed));
+                    // Each gate checks the previous gate's verdict and only the must-succeed
+                    // steps since, so gates stay small however many steps there are.
+                    let (previous, since) = match &gate {
+                        Some((prev, checked)) => (Some(prev.as_str()), &must_succeed[*checked..]),
+                        None => (None, &must_succeed[..]),
+                    };
+                    steps.push(gate_step(settings, &name, previous, since));
                     kinds.push(StepKind::Gate);
                     helpers.push(name.clone());
                     gate = Some((name, must_succeed.len()));
@@ -378,10 +384,23 @@ fn checks(must_succeed: &[(usize, String)]) -> String {
 
 // Helper steps use command/args, never script: a stepTemplate `command` would make a script
 // step invalid. Exit codes are read by index through Tekton's /tekton/steps/<i> symlinks; a
-// missing file means the step did not run or failed.
-fn gate_step(settings: &Settings, name: &str, must_succeed: &[(usize, String)]) -> Value {
+// missing file means the step did not run or failed. A gate reads the previous gate's result
+// (written as `true`/`false` without a newline) from its step directory.
+fn gate_step(
+    settings: &Settings,
+    name: &str,
+    previous: Option<&str>,
+    must_succeed: &[(usize, String)],
+) -> Value {
+    let previous_check = previous
+        .map(|p| {
+            format!(
+                "[ \"$(cat /tekton/steps/step-{p}/results/ok 2>/dev/null)\" = true ] || ok=false; "
+            )
+        })
+        .unwrap_or_default();
     let script = format!(
-        "ok=true; for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); [ \"$c\" = 0 ] || ok=false; done; printf %s \"$ok\" > $(step.results.ok.path)",
+        "ok=true; {previous_check}for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); [ \"$c\" = 0 ] || ok=false; done; printf %s \"$ok\" > $(step.results.ok.path)",
         checks(must_succeed)
     );
     helper_step(

@@ -214,10 +214,12 @@ fn always_adds_gates_continue_and_a_verdict() {
         "$(steps.bookend-gate-2.results.ok)"
     );
     let gate2 = steps[3]["args"][0].as_str().unwrap();
+    // Gates chain: gate 2 reads gate 1's result and checks only what ran since.
     assert!(
-        gate2.contains("0:step-bookend-setup 2:step-build;"),
+        gate2.contains("/tekton/steps/step-bookend-gate-1/results/ok"),
         "{gate2}"
     );
+    assert!(gate2.contains("for s in 2:step-build;"), "{gate2}");
     assert_eq!(steps[3]["command"], json!(["/bin/sh", "-c"]));
     assert!(steps[3].get("script").is_none(), "helpers never use script");
     // The report is not gated and keeps the policy's own onError (unset).
@@ -309,11 +311,11 @@ spec:
         steps[5]["when"][0]["input"],
         "$(steps.bookend-gate-2.results.ok)"
     );
+    let gate2 = steps[4]["args"][0].as_str().unwrap();
     assert!(
-        steps[4]["args"][0]
-            .as_str()
-            .unwrap()
-            .contains("0:step-bookend-setup 2:step-build;")
+        gate2.contains("step-bookend-gate-1/results/ok")
+            && gate2.contains("for s in 2:step-build;"),
+        "{gate2}"
     );
 }
 
@@ -970,4 +972,28 @@ spec:
         &Catalog::default(),
     );
     assert!(again.patch.is_empty(), "{:?}", again.patch);
+}
+
+#[test]
+fn always_gates_stay_small_for_long_task_runs() {
+    let set = policies(ALWAYS);
+    let steps: Vec<Value> = (0..300)
+        .map(|i| json!({"name": format!("s{i}"), "image": "go"}))
+        .collect();
+    let out = assert_converges(&set, &taskrun(Value::Array(steps)));
+    let gates: Vec<&Value> = out["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|s| s["name"].as_str().unwrap().starts_with("bookend-gate-"))
+        .collect();
+    assert_eq!(gates.len(), 300);
+    // Each gate checks the previous gate and one step, not every earlier step.
+    let longest = gates
+        .iter()
+        .map(|g| g["args"][0].as_str().unwrap().len())
+        .max()
+        .unwrap();
+    assert!(longest < 400, "{longest}");
+    assert!(serde_json::to_vec(&out).unwrap().len() < 400_000);
 }
