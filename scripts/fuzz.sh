@@ -34,17 +34,17 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
 fi
 export RUSTC_BOOTSTRAP=1
 export CARGO_TERM_COLOR=never
+mkdir -p fuzz/artifacts
 
-if ! cargo fuzz build -s none >fuzz/build.log 2>&1; then
-    tail -30 fuzz/build.log
-    if grep -q "the option \`Z\` is only accepted on the nightly compiler" fuzz/build.log; then
+if ! cargo fuzz build -s none >fuzz/artifacts/build.log 2>&1; then
+    tail -30 fuzz/artifacts/build.log
+    if grep -q "the option \`Z\` is only accepted on the nightly compiler" fuzz/artifacts/build.log; then
         skip "this compiler refuses -Z flags even with RUSTC_BOOTSTRAP=1"
     fi
-    echo "FAIL: cargo fuzz build (fuzz/build.log)"
+    echo "FAIL: cargo fuzz build (fuzz/artifacts/build.log)"
     exit 1
 fi
 
-mkdir -p fuzz/logs
 status=0
 for target in "${targets[@]}"; do
     corpus=fuzz/corpus/$target
@@ -53,7 +53,7 @@ for target in "${targets[@]}"; do
     [ -d "fuzz/seeds/$target" ] && seeds=("fuzz/seeds/$target")
     dict=()
     [ -f "fuzz/$target.dict" ] && dict=("-dict=fuzz/$target.dict")
-    log=fuzz/logs/$target.log
+    log=fuzz/artifacts/$target.log
     started=$(date +%s)
     set +e
     cargo fuzz run "$target" -s none "$corpus" "${seeds[@]}" -- \
