@@ -18,7 +18,6 @@ fn set() -> PolicySet {
 /// again (what re-invocation does), is not a no-op: the gates and the `continued` record change.
 /// Open: the engine should either refuse duplicate step names or converge.
 #[test]
-#[ignore = "open finding: idempotency with duplicate user step names (docs/reliability.md)"]
 fn admitted_object_with_duplicate_step_names_converges() {
     let admitted: Value = serde_json::from_str(include_str!(
         "../fuzz/regressions/engine-duplicate-step-names.json"

@@ -33,24 +33,24 @@ pub fn check(
     let at = |i: usize, field: &str| format!("spec.taskSpec.steps[{i}].{field}");
     let name_of = |i: usize| tekton::step_name(&steps[i]).unwrap_or("").to_owned();
 
+    // Tekton refuses duplicate step names anyway; bookend refuses them first because its
+    // record identifies the user steps it changed by name, which needs them unique.
     let mut seen: HashMap<&str, usize> = HashMap::new();
     for (i, step) in steps.iter().enumerate() {
-        if let Some(name) = tekton::step_name(step)
-            && let Some(&first) = seen.get(name)
-            && (owner(i).is_some() || owner(first).is_some())
-        {
-            let policy = owner(i).or(owner(first)).expect("one of them is injected");
-            return Err(Denial::step(
-                policy,
-                name,
-                at(i, "name"),
-                format!(
-                    "step name {name:?} is used twice (steps {first} and {i}); step names must be unique"
-                ),
-            ));
-        } else if let Some(name) = tekton::step_name(step) {
+        let Some(name) = tekton::step_name(step) else {
+            continue;
+        };
+        let Some(&first) = seen.get(name) else {
             seen.insert(name, i);
-        }
+            continue;
+        };
+        let message = format!(
+            "expected exactly one, got both: step name {name:?} is used twice (steps {first} and {i}); step names must be unique"
+        );
+        return Err(match owner(i).or(owner(first)) {
+            Some(policy) => Denial::step(policy, name, at(i, "name"), message),
+            None => Denial::field(at(i, "name"), message),
+        });
     }
 
     let template_command = task_spec
