@@ -282,22 +282,40 @@ fn labels_of(map: Option<&Map<String, Value>>) -> Labels {
     .unwrap_or_default()
 }
 
+/// The labels matching looks at, owned, so a [`Subject`] can borrow them.
+struct SubjectFacts {
+    labels: Labels,
+    namespace_labels: Labels,
+    origin: tekton::Origin,
+}
+
+impl SubjectFacts {
+    fn of(view: &TaskRunView<'_>, namespace: &str, lookup: &dyn Lookup) -> Self {
+        Self {
+            labels: labels_of(view.labels()),
+            namespace_labels: lookup.namespace_labels(namespace).unwrap_or_default(),
+            origin: view.origin(),
+        }
+    }
+
+    fn subject<'a>(&'a self, namespace: &'a str) -> Subject<'a> {
+        Subject {
+            namespace,
+            namespace_labels: &self.namespace_labels,
+            labels: &self.labels,
+            origin: self.origin,
+        }
+    }
+}
+
 /// Why each loaded policy does or does not apply to the TaskRun (every policy, not only the
 /// index's candidates). Empty for objects that are not TaskRuns.
 pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Vec<Explanation> {
     let Some(view) = TaskRunView::new(request.object) else {
         return Vec::new();
     };
-    let labels = labels_of(view.labels());
-    let namespace_labels = lookup
-        .namespace_labels(request.namespace)
-        .unwrap_or_default();
-    let subject = Subject {
-        namespace: request.namespace,
-        namespace_labels: &namespace_labels,
-        labels: &labels,
-        origin: view.origin(),
-    };
+    let facts = SubjectFacts::of(&view, request.namespace, lookup);
+    let subject = facts.subject(request.namespace);
     set.policies()
         .iter()
         .map(|p| Explanation {
@@ -325,16 +343,8 @@ pub fn decide_patch(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) 
     let Some(view) = TaskRunView::new(request.object) else {
         return decision;
     };
-    let labels = labels_of(view.labels());
-    let namespace_labels = lookup
-        .namespace_labels(request.namespace)
-        .unwrap_or_default();
-    let subject = Subject {
-        namespace: request.namespace,
-        namespace_labels: &namespace_labels,
-        labels: &labels,
-        origin: view.origin(),
-    };
+    let facts = SubjectFacts::of(&view, request.namespace, lookup);
+    let subject = facts.subject(request.namespace);
 
     let mut enforce = Vec::new();
     let mut audit = Vec::new();
