@@ -381,6 +381,14 @@ impl Answer {
     }
 }
 
+fn request_object(request: &RequestIn) -> Result<&Value, String> {
+    request
+        .object
+        .as_ref()
+        .map(|o| &o.0)
+        .ok_or_else(|| "request.object is missing".to_owned())
+}
+
 fn taskrun(
     endpoint: Endpoint,
     request: &RequestIn,
@@ -388,11 +396,7 @@ fn taskrun(
     lookup: &dyn Lookup,
     summary: &mut Summary,
 ) -> Result<Answer, String> {
-    let object = request
-        .object
-        .as_ref()
-        .map(|o| &o.0)
-        .ok_or_else(|| "request.object is missing".to_owned())?;
+    let object = request_object(request)?;
     let view = tekton::TaskRunView::new(object).ok_or_else(|| {
         format!(
             "request.object is not a tekton.dev/{} TaskRun",
@@ -430,11 +434,7 @@ fn resolved_task(
     lookup: &dyn Lookup,
     summary: &mut Summary,
 ) -> Result<Answer, String> {
-    let object = request
-        .object
-        .as_ref()
-        .map(|o| &o.0)
-        .ok_or_else(|| "request.object is missing".to_owned())?;
+    let object = request_object(request)?;
     let namespace = request
         .namespace
         .as_deref()

@@ -4,15 +4,11 @@
 
 mod webhook_support;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls_pki_types::ServerName;
-use rustls_pki_types::pem::PemObject;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use webhook_support::*;
 
 fn body(v: &Value) -> Vec<u8> {
@@ -827,27 +823,6 @@ spec:
           go test ./...
         imagePullPolicy: IfNotPresent
 "#;
-
-/// A raw TLS connection for writing requests byte by byte (HTTP/1.1).
-async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::CertificateDer::from_pem_slice(server.ca.pem().as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(server.addr).await.unwrap();
-    TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(HOST).unwrap(), tcp)
-        .await
-        .unwrap()
-}
 
 /// Reads one HTTP/1.1 response (head and `Content-Length` body); `None` when the connection
 /// closed first.

@@ -7,37 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use rustls_pki_types::ServerName;
 use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::TlsConnector;
 use webhook_support::*;
 
 fn body(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap()
-}
-
-/// A raw TLS connection for writing requests byte by byte.
-async fn raw_tls(server: &TestServer) -> tokio_rustls::client::TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    roots
-        .add(rustls_pki_types::CertificateDer::from_pem_slice(server.ca.pem().as_bytes()).unwrap())
-        .unwrap();
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .unwrap()
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = TcpStream::connect(server.addr).await.unwrap();
-    TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from(HOST).unwrap(), tcp)
-        .await
-        .unwrap()
 }
 
 /// Reads an HTTP/1.1 response until the connection closes or `Content-Length` bytes of body

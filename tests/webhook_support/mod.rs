@@ -365,3 +365,27 @@ pub fn apply_patch(response: &Value, object: &Value) -> Value {
     json_patch::patch(&mut patched, &patch).expect("patch applies");
     patched
 }
+
+/// A raw TLS connection (HTTP/1.1 by ALPN) for writing requests byte by byte.
+pub async fn raw_tls(
+    server: &TestServer,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(rustls_pki_types::CertificateDer::from_pem_slice(server.ca.pem().as_bytes()).unwrap())
+        .unwrap();
+    let mut config = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
+        .connect(rustls_pki_types::ServerName::try_from(HOST).unwrap(), tcp)
+        .await
+        .unwrap()
+}
