@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use base64::Engine as _;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::engine::{self, Decision, Lookup, Outcome, Request};
 use crate::policy::load::policy_from_value;
@@ -219,7 +220,7 @@ struct ResponseOut {
     patch_type: Option<&'static str>,
     /// Base64 of the JSON patch, as the API documents `[]byte` on the wire.
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     audit_annotations: BTreeMap<String, String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -339,9 +340,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
                 reason: "BadRequest",
             }),
             patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
-            patch: answer
-                .patch
-                .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+            patch: answer.patch.as_deref().map(base64_json_string),
             audit_annotations: answer.audit_annotations,
             warnings: answer.warnings,
         },
@@ -351,6 +350,16 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         body: serde_json::to_vec(&out).expect("AdmissionReview serialises"),
         summary,
     }
+}
+
+/// `bytes` as a base64 JSON string, written as it is: base64 never needs JSON escaping, and
+/// escaping a patch-sized string byte by byte was a measurable share of each mutation.
+fn base64_json_string(bytes: &[u8]) -> Box<RawValue> {
+    let mut text = String::with_capacity(bytes.len().div_ceil(3) * 4 + 2);
+    text.push('"');
+    base64::engine::general_purpose::STANDARD.encode_string(bytes, &mut text);
+    text.push('"');
+    RawValue::from_string(text).expect("a base64 string is a JSON string")
 }
 
 struct Answer {

@@ -28,8 +28,14 @@ impl Operation {
 
 /// The operations that turn `old` into `new` (empty when they are equal).
 pub fn diff(old: &Value, new: &Value) -> Vec<Operation> {
+    diff_owned(old, new.clone())
+}
+
+/// [`diff`] that consumes `new`: added and replaced values move into the operations instead of
+/// being copied (the webhook discards the admitted object once it has the patch).
+pub fn diff_owned(old: &Value, new: Value) -> Vec<Operation> {
     let mut ops = Vec::new();
-    diff_at(&mut String::new(), old, new, &mut ops);
+    diff_into(&mut String::new(), old, new, &mut ops);
     ops
 }
 
@@ -70,7 +76,9 @@ pub fn same(a: &Value, b: &Value) -> bool {
     }
 }
 
-fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>) {
+/// Appends to `ops` the operations that turn `old` into `new`, both at `path` (a JSON Pointer,
+/// empty for the document root).
+pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Operation>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
             let len = path.len();
@@ -91,22 +99,22 @@ fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>
                 let old_value = if aligned {
                     old_members.next()
                 } else {
-                    a.get(key)
+                    a.get(&key)
                 };
                 match old_value {
                     Some(old_value) => {
                         let both_objects = old_value.is_object() && new_value.is_object();
-                        if both_objects || !same(old_value, new_value) {
-                            push_token(path, key);
-                            diff_at(path, old_value, new_value, ops);
+                        if both_objects || !same(old_value, &new_value) {
+                            push_token(path, &key);
+                            diff_into(path, old_value, new_value, ops);
                             path.truncate(len);
                         }
                     }
                     None => {
-                        push_token(path, key);
+                        push_token(path, &key);
                         ops.push(Operation::Add {
                             path: path.clone(),
-                            value: new_value.clone(),
+                            value: new_value,
                         });
                         path.truncate(len);
                     }
@@ -114,15 +122,16 @@ fn diff_at(path: &mut String, old: &Value, new: &Value, ops: &mut Vec<Operation>
             }
         }
         (Value::Array(a), Value::Array(b)) => {
-            if !same(old, new) {
+            let equal = a.len() == b.len() && a.iter().zip(&b).all(|(p, q)| same(p, q));
+            if !equal {
                 diff_array(path, a, b, ops);
             }
         }
-        _ => {
-            if old != new {
+        (_, new) => {
+            if *old != new {
                 ops.push(Operation::Replace {
                     path: path.clone(),
-                    value: new.clone(),
+                    value: new,
                 });
             }
         }
@@ -157,16 +166,19 @@ fn keys(items: &[Value]) -> Option<Vec<Key<'_>>> {
     Some(out)
 }
 
-fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Operation>) {
-    if let (Some(old_keys), Some(new_keys)) = (keys(old), keys(new))
-        && all_distinct(&old_keys)
-        && all_distinct(&new_keys)
-    {
-        return diff_keyed(path, old, new, &old_keys, &new_keys, ops);
+fn diff_array(path: &mut String, old: &[Value], new: Vec<Value>, ops: &mut Vec<Operation>) {
+    let matches = match (keys(old), keys(&new)) {
+        (Some(old_keys), Some(new_keys)) if all_distinct(&old_keys) && all_distinct(&new_keys) => {
+            Some(keyed_matches(&old_keys, &new_keys))
+        }
+        _ => None,
+    };
+    if let Some(matches) = matches {
+        return diff_keyed(path, old, new, &matches, ops);
     }
     // Scalars and anonymous objects: shared prefix, then shared suffix, then a positional
     // diff of equal-length middles or a remove/add of the rest.
-    let prefix = old.iter().zip(new).take_while(|(a, b)| same(a, b)).count();
+    let prefix = old.iter().zip(&new).take_while(|(a, b)| same(a, b)).count();
     let (old_rest, new_rest) = (&old[prefix..], &new[prefix..]);
     let suffix = old_rest
         .iter()
@@ -175,12 +187,13 @@ fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Ope
         .take_while(|(a, b)| same(a, b))
         .count();
     let old_mid = &old_rest[..old_rest.len() - suffix];
-    let new_mid = &new_rest[..new_rest.len() - suffix];
+    let new_mid_len = new_rest.len() - suffix;
+    let new_mid = new.into_iter().skip(prefix).take(new_mid_len);
     let len = path.len();
-    if old_mid.len() == new_mid.len() {
+    if old_mid.len() == new_mid_len {
         for (i, (a, b)) in old_mid.iter().zip(new_mid).enumerate() {
             push_token(path, &(prefix + i).to_string());
-            diff_at(path, a, b, ops);
+            diff_into(path, a, b, ops);
             path.truncate(len);
         }
         return;
@@ -190,11 +203,11 @@ fn diff_array(path: &mut String, old: &[Value], new: &[Value], ops: &mut Vec<Ope
         ops.push(Operation::Remove { path: path.clone() });
         path.truncate(len);
     }
-    for (i, value) in new_mid.iter().enumerate() {
+    for (i, value) in new_mid.enumerate() {
         push_token(path, &(prefix + i).to_string());
         ops.push(Operation::Add {
             path: path.clone(),
-            value: value.clone(),
+            value,
         });
         path.truncate(len);
     }
@@ -205,20 +218,23 @@ fn all_distinct(keys: &[Key<'_>]) -> bool {
     keys.iter().all(|k| seen.insert(k))
 }
 
+/// For each new element, the index of the old element with the same key.
+fn keyed_matches(old_keys: &[Key<'_>], new_keys: &[Key<'_>]) -> Vec<Option<usize>> {
+    let old_index: HashMap<&Key<'_>, usize> =
+        old_keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
+    new_keys.iter().map(|k| old_index.get(k).copied()).collect()
+}
+
 fn diff_keyed(
     path: &mut String,
     old: &[Value],
-    new: &[Value],
-    old_keys: &[Key<'_>],
-    new_keys: &[Key<'_>],
+    new: Vec<Value>,
+    matches: &[Option<usize>],
     ops: &mut Vec<Operation>,
 ) {
-    let old_index: HashMap<&Key<'_>, usize> =
-        old_keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
-    // For each new element, the old element with the same key; keep the longest run of
-    // matches whose old indexes increase (the rest is removed and added again).
-    let matches: Vec<Option<usize>> = new_keys.iter().map(|k| old_index.get(k).copied()).collect();
-    let kept = longest_increasing(&matches);
+    // Keep the longest run of matches whose old indexes increase (the rest is removed and
+    // added again).
+    let kept = longest_increasing(matches);
     let mut keep_old = vec![false; old.len()];
     for &(_, o) in &kept {
         keep_old[o] = true;
@@ -234,16 +250,16 @@ fn diff_keyed(
     // After the removals the array holds the kept elements in order; walking the new array
     // forwards, every earlier position already equals the final one.
     let mut kept_iter = kept.iter().peekable();
-    for (j, value) in new.iter().enumerate() {
+    for (j, value) in new.into_iter().enumerate() {
         push_token(path, &j.to_string());
         match kept_iter.peek() {
             Some(&&(n, o)) if n == j => {
                 kept_iter.next();
-                diff_at(path, &old[o], value, ops);
+                diff_into(path, &old[o], value, ops);
             }
             _ => ops.push(Operation::Add {
                 path: path.clone(),
-                value: value.clone(),
+                value,
             }),
         }
         path.truncate(len);

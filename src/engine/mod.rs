@@ -329,7 +329,7 @@ pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Ve
 /// Decides what happens to a TaskRun CREATE. Objects that are not TaskRuns are allowed
 /// unchanged.
 pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
-    let mut decision = decide_patch(request, set, lookup);
+    let mut decision = decide_with(request, set, lookup, Keep::Object);
     if decision.outcome != Outcome::Mutated {
         decision.object = request.object.clone();
     }
@@ -339,6 +339,17 @@ pub fn decide(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Dec
 /// [`decide`] for the webhook, which answers with the patch alone: `object` is left `Null`
 /// unless the TaskRun is mutated, so an unchanged TaskRun is not copied.
 pub fn decide_patch(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
+    decide_with(request, set, lookup, Keep::PatchOnly)
+}
+
+/// Whether a mutated decision carries the admitted object or only the patch.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Keep {
+    Object,
+    PatchOnly,
+}
+
+fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep: Keep) -> Decision {
     let mut decision = Decision::empty();
     let Some(view) = TaskRunView::new(request.object) else {
         return decision;
@@ -392,10 +403,13 @@ pub fn decide_patch(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) 
         );
     }
 
-    let Some(new_object) = enforced else {
+    let Some(admitted) = enforced else {
         return decision;
     };
-    let ops = patch::diff(request.object, &new_object);
+    let (ops, new_object) = match keep {
+        Keep::Object => admitted.into_patch_and_object(request.object),
+        Keep::PatchOnly => (admitted.into_patch(request.object), Value::Null),
+    };
     if ops.is_empty() {
         return decision;
     }
@@ -490,17 +504,16 @@ pub fn decide_resolved_task(
         },
         &mut decision.warnings,
     );
-    let injected = match result {
+    let injection = match result {
         Err(denial) => return decision.deny(denial),
         Ok(None) => return decision,
-        Ok(Some(object)) => object,
+        Ok(Some(injection)) => injection,
     };
-    taskrun = injected;
     let mut new_task = task.clone();
-    new_task["spec"] = taskrun["spec"]["taskSpec"].take();
-    if let Some(record) = taskrun["metadata"]["annotations"].get(record::ANNOTATION) {
+    new_task["spec"] = injection.task_spec;
+    if let Some(record) = injection.record {
         map_entry(metadata_mut(&mut new_task), "annotations")
-            .insert(record::ANNOTATION.to_owned(), record.clone());
+            .insert(record::ANNOTATION.to_owned(), Value::String(record));
     }
     let ops = patch::diff(task, &new_task);
     if ops.is_empty() {
@@ -517,8 +530,8 @@ pub fn decide_resolved_task(
 }
 
 struct Plan {
-    /// `Ok(Some(object))` to admit `object`, `Ok(None)` to admit unchanged.
-    outcome: Result<Option<Value>, Denial>,
+    /// `Ok(Some(admitted))` to admit changed, `Ok(None)` to admit unchanged.
+    outcome: Result<Option<Admitted>, Denial>,
     warnings: Vec<String>,
 }
 
@@ -539,9 +552,11 @@ fn plan(
             set,
             &Context { namespace, lookup },
             &mut warnings,
-        ),
+        )
+        .map(|injection| injection.map(Admitted::Injected)),
         TaskSource::LocalRef { name } => {
             plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
+                .map(|object| object.map(Admitted::Rewritten))
         }
         TaskSource::RemoteRef { resolver } => {
             match applied
@@ -660,17 +675,18 @@ fn plan_local_ref(
         None => task.name.clone(),
     };
     map_entry(meta, "annotations").insert(INLINED_ANNOTATION.to_owned(), Value::String(origin));
-    Ok(Some(
-        inject_into(
-            &object,
-            view.api_version,
-            &inline,
-            set,
-            &Context { namespace, lookup },
-            warnings,
-        )?
-        .unwrap_or(object),
-    ))
+    let injection = inject_into(
+        &object,
+        view.api_version,
+        &inline,
+        set,
+        &Context { namespace, lookup },
+        warnings,
+    )?;
+    Ok(Some(match injection {
+        Some(injection) => injection.apply(object),
+        None => object,
+    }))
 }
 
 fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
@@ -703,7 +719,7 @@ fn inject_into(
     set: &PolicySet,
     context: &Context<'_>,
     warnings: &mut Vec<String>,
-) -> Result<Option<Value>, Denial> {
+) -> Result<Option<Injection>, Denial> {
     let view = TaskRunView {
         object,
         api_version: version,
@@ -762,17 +778,21 @@ fn inject_into(
         }
     }
 
-    // One copy of the object, without its steps (they are replaced).
-    let mut object = clone_without_steps(object);
-    let new_spec = object
-        .get_mut("spec")
-        .and_then(|s| s.get_mut("taskSpec"))
-        .and_then(Value::as_object_mut)
-        .expect("taskSpec is an object");
+    // A copy of the taskSpec only, without its steps (they are replaced): the rest of the
+    // TaskRun is not copied, and the patch is computed for the taskSpec and the record alone.
+    let mut new_spec: Map<String, Value> = task_spec
+        .as_object()
+        .expect("taskSpec is an object")
+        .iter()
+        .map(|(k, v)| {
+            let v = if k == "steps" { Value::Null } else { v.clone() };
+            (k.clone(), v)
+        })
+        .collect();
     new_spec.insert("steps".to_owned(), Value::Array(final_steps));
-    merge_volumes(new_spec, applied, set, record.as_ref())?;
-    let new_spec = &object["spec"]["taskSpec"];
-    check::check(new_spec, &composed.kinds, applied, run_params, context)?;
+    merge_volumes(&mut new_spec, applied, set, record.as_ref())?;
+    let new_spec = Value::Object(new_spec);
+    check::check(&new_spec, &composed.kinds, applied, run_params, context)?;
     let record = Record {
         policies: applied
             .iter()
@@ -786,41 +806,148 @@ fn inject_into(
         helpers: composed.helpers,
         continued: composed.continued,
     };
-    let meta = metadata_mut(&mut object);
-    if record.is_empty() {
-        if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
-            annotations.remove(record::ANNOTATION);
-        }
-    } else {
-        map_entry(meta, "annotations").insert(
-            record::ANNOTATION.to_owned(),
-            Value::String(record.to_json()),
-        );
-    }
-    Ok(Some(object))
+    Ok(Some(Injection {
+        task_spec: new_spec,
+        record: (!record.is_empty()).then(|| record.to_json()),
+    }))
 }
 
-/// A copy of a TaskRun with `spec.taskSpec.steps` left out (`Null`): the steps are about to be
-/// replaced, so copying them would be wasted.
-fn clone_without_steps(object: &Value) -> Value {
-    fn except(value: &Value, path: &[&str]) -> Value {
-        match (path.split_first(), value) {
-            (Some((head, rest)), Value::Object(map)) => Value::Object(
-                map.iter()
-                    .map(|(k, v)| {
-                        let v = match (k == head, rest.is_empty()) {
-                            (true, true) => Value::Null,
-                            (true, false) => except(v, rest),
-                            (false, _) => v.clone(),
-                        };
-                        (k.clone(), v)
-                    })
-                    .collect(),
+/// What bookend changes in a TaskRun it admits.
+enum Admitted {
+    /// An inline-spec TaskRun with its steps injected.
+    Injected(Injection),
+    /// A whole new TaskRun (a referenced Task was inlined).
+    Rewritten(Value),
+}
+
+impl Admitted {
+    fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
+        match self {
+            Self::Injected(injection) => (
+                injection.clone().patch(original),
+                injection.apply(original.clone()),
             ),
-            _ => value.clone(),
+            Self::Rewritten(object) => (patch::diff(original, &object), object),
         }
     }
-    except(object, &["spec", "taskSpec", "steps"])
+
+    /// The patch from `original`, the same operations as diffing the whole admitted object,
+    /// without building it.
+    fn into_patch(self, original: &Value) -> Vec<Operation> {
+        match self {
+            Self::Injected(injection) => injection.patch(original),
+            Self::Rewritten(object) => patch::diff_owned(original, object),
+        }
+    }
+}
+
+/// The new `spec.taskSpec` of an inline-spec TaskRun and its `bookend.dev/injected` record
+/// (`None`: the annotation is removed).
+#[derive(Clone)]
+struct Injection {
+    task_spec: Value,
+    record: Option<String>,
+}
+
+impl Injection {
+    fn apply(self, mut object: Value) -> Value {
+        object["spec"]["taskSpec"] = self.task_spec;
+        let meta = metadata_mut(&mut object);
+        match self.record {
+            Some(record) => {
+                map_entry(meta, "annotations")
+                    .insert(record::ANNOTATION.to_owned(), Value::String(record));
+            }
+            None => {
+                if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
+                    annotations.remove(record::ANNOTATION);
+                }
+            }
+        }
+        object
+    }
+
+    /// The operations [`Injection::apply`] amounts to, in the order a diff of the whole
+    /// objects lists them (by the object's member order; a metadata it adds comes last).
+    fn patch(self, original: &Value) -> Vec<Operation> {
+        let mut ops = Vec::new();
+        let position = |key: &str| {
+            original
+                .as_object()
+                .and_then(|o| o.keys().position(|k| k == key))
+        };
+        let metadata_first = matches!(
+            (position("metadata"), position("spec")),
+            (Some(m), Some(s)) if m < s
+        );
+        let record = self.record;
+        if metadata_first {
+            record_ops(original, record.clone(), &mut ops);
+        }
+        let mut path = String::from("/spec/taskSpec");
+        patch::diff_into(
+            &mut path,
+            &original["spec"]["taskSpec"],
+            self.task_spec,
+            &mut ops,
+        );
+        if !metadata_first {
+            record_ops(original, record, &mut ops);
+        }
+        ops
+    }
+}
+
+/// The operations that set (`Some`) or remove (`None`) the record annotation, as
+/// [`Injection::apply`] does: a missing or non-object `metadata` becomes an object.
+fn record_ops(object: &Value, record: Option<String>, ops: &mut Vec<Operation>) {
+    let record_map = |record: String| {
+        Value::Object(Map::from_iter([(
+            record::ANNOTATION.to_owned(),
+            Value::String(record),
+        )]))
+    };
+    let mut path = String::from("/metadata");
+    let Some(Value::Object(meta)) = object.get("metadata") else {
+        let mut meta = Map::new();
+        if let Some(record) = record {
+            meta.insert("annotations".to_owned(), record_map(record));
+        }
+        let value = Value::Object(meta);
+        ops.push(match object.get("metadata") {
+            Some(_) => Operation::Replace { path, value },
+            None => Operation::Add { path, value },
+        });
+        return;
+    };
+    patch::push_token(&mut path, "annotations");
+    let Some(Value::Object(annotations)) = meta.get("annotations") else {
+        if let Some(record) = record {
+            let value = record_map(record);
+            ops.push(match meta.get("annotations") {
+                Some(_) => Operation::Replace { path, value },
+                None => Operation::Add { path, value },
+            });
+        }
+        return;
+    };
+    patch::push_token(&mut path, record::ANNOTATION);
+    match (annotations.get(record::ANNOTATION), record) {
+        (None, None) => {}
+        (Some(_), None) => ops.push(Operation::Remove { path }),
+        (None, Some(record)) => ops.push(Operation::Add {
+            path,
+            value: Value::String(record),
+        }),
+        (Some(old), Some(record)) => {
+            if old.as_str() != Some(record.as_str()) {
+                ops.push(Operation::Replace {
+                    path,
+                    value: Value::String(record),
+                });
+            }
+        }
+    }
 }
 
 /// Removes volumes bookend added before and adds the applied policies' volumes; a user volume

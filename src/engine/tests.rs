@@ -997,3 +997,61 @@ fn always_gates_stay_small_for_long_task_runs() {
     assert!(longest < 400, "{longest}");
     assert!(serde_json::to_vec(&out).unwrap().len() < 400_000);
 }
+
+/// The webhook's patch (built from the injected parts alone) is the diff of the whole admitted
+/// object, operation for operation, whatever shape the TaskRun's metadata has.
+#[test]
+fn the_webhook_patch_equals_the_whole_object_diff() {
+    let set = policies(ALWAYS);
+    let steps = json!([{"name": "build", "image": "golang"}]);
+    let mut shapes = vec![taskrun(steps.clone())];
+    for metadata in [
+        None,
+        Some(Value::Null),
+        Some(json!({"name": "x"})),
+        Some(json!({"name": "x", "annotations": "not a map"})),
+        Some(json!({"name": "x", "annotations": {"a": "b"}})),
+        Some(json!({"name": "x", "annotations": {"bookend.dev/injected": "stale"}})),
+    ] {
+        let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"});
+        if let Some(metadata) = metadata.clone() {
+            object["metadata"] = metadata;
+        }
+        object["spec"] = json!({"taskSpec": {"steps": steps.clone()}});
+        shapes.push(object);
+        // The same with `spec` before `metadata`.
+        let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"});
+        object["spec"] = json!({"taskSpec": {"steps": steps.clone()}});
+        if let Some(metadata) = metadata {
+            object["metadata"] = metadata;
+        }
+        shapes.push(object);
+    }
+    // Admitted once already: the second pass only has the record to compare.
+    let admitted = run(&set, &taskrun(steps)).object;
+    let mut stale = admitted.clone();
+    stale["metadata"]["annotations"]["bookend.dev/injected"] = json!("{}");
+    shapes.extend([admitted, stale]);
+    // No policy applies, but injected steps must be stripped and the record removed.
+    let none = policies(
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: other}\nspec:\n  match: {namespaces: [elsewhere]}\n  preSteps: [{name: bookend-x, image: alpine}]\n",
+    );
+    for object in &shapes {
+        for set in [&set, &none] {
+            let request = Request {
+                object,
+                namespace: "team-a",
+                dry_run: false,
+            };
+            let whole = decide(request, set, &Catalog::default());
+            let webhook = decide_patch(request, set, &Catalog::default());
+            assert_eq!(webhook.outcome, whole.outcome);
+            assert_eq!(webhook.patch, whole.patch, "{object}");
+            if whole.outcome == Outcome::Mutated {
+                let diffed = crate::patch::diff(object, &whole.object);
+                assert_eq!(webhook.patch, diffed, "{object}");
+                assert_eq!(apply(object, &webhook.patch), whole.object, "{object}");
+            }
+        }
+    }
+}
