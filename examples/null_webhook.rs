@@ -36,6 +36,10 @@ use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+// The same allocator as the bookend binary (src/main.rs): the baseline differs only in the work.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 /// A webhook that allows everything: the baseline for `scripts/bench-load.sh`.
 #[derive(Parser, Debug)]
 struct Args {

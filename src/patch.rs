@@ -348,8 +348,15 @@ mod tests {
         let old = json!({"metadata": {"annotations": {}}});
         let new = json!({"metadata": {"annotations": {"bookend.dev/injected": "x", "a~b": "y"}}});
         let ops = diff(&old, &new);
-        assert_eq!(ops[0].path(), "/metadata/annotations/bookend.dev~1injected");
-        assert_eq!(ops[1].path(), "/metadata/annotations/a~0b");
+        let mut paths: Vec<&str> = ops.iter().map(Operation::path).collect();
+        paths.sort_unstable();
+        assert_eq!(
+            paths,
+            [
+                "/metadata/annotations/a~0b",
+                "/metadata/annotations/bookend.dev~1injected"
+            ]
+        );
         assert_eq!(apply(&old, &ops), new);
     }
 

@@ -280,7 +280,16 @@ async fn duplicate_keys() {
         &Expect::Malformed("duplicate field `kind`"),
     )
     .await;
-    let dup_uid = review.replacen(r#""uid":"#, r#""uid":"first","uid":"#, 1);
+    // request.uid itself (the object's metadata and ownerReferences have `uid`s too).
+    let uid = sample_review()["request"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let dup_uid = review.replacen(
+        &format!(r#""uid":"{uid}""#),
+        &format!(r#""uid":"first","uid":"{uid}""#),
+        1,
+    );
     check(
         &server,
         "duplicate request.uid",

@@ -868,22 +868,10 @@ impl Injection {
     }
 
     /// The operations [`Injection::apply`] amounts to, in the order a diff of the whole
-    /// objects lists them (by the object's member order; a metadata it adds comes last).
+    /// objects lists them: JSON maps keep their keys sorted, so `metadata` before `spec`.
     fn patch(self, original: &Value) -> Vec<Operation> {
         let mut ops = Vec::new();
-        let position = |key: &str| {
-            original
-                .as_object()
-                .and_then(|o| o.keys().position(|k| k == key))
-        };
-        let metadata_first = matches!(
-            (position("metadata"), position("spec")),
-            (Some(m), Some(s)) if m < s
-        );
-        let record = self.record;
-        if metadata_first {
-            record_ops(original, record.clone(), &mut ops);
-        }
+        record_ops(original, self.record, &mut ops);
         let mut path = String::from("/spec/taskSpec");
         patch::diff_into(
             &mut path,
@@ -891,9 +879,6 @@ impl Injection {
             self.task_spec,
             &mut ops,
         );
-        if !metadata_first {
-            record_ops(original, record, &mut ops);
-        }
         ops
     }
 }

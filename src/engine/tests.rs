@@ -1014,17 +1014,10 @@ fn the_webhook_patch_equals_the_whole_object_diff() {
         Some(json!({"name": "x", "annotations": {"bookend.dev/injected": "stale"}})),
     ] {
         let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"});
-        if let Some(metadata) = metadata.clone() {
-            object["metadata"] = metadata;
-        }
-        object["spec"] = json!({"taskSpec": {"steps": steps.clone()}});
-        shapes.push(object);
-        // The same with `spec` before `metadata`.
-        let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun"});
-        object["spec"] = json!({"taskSpec": {"steps": steps.clone()}});
         if let Some(metadata) = metadata {
             object["metadata"] = metadata;
         }
+        object["spec"] = json!({"taskSpec": {"steps": steps.clone()}});
         shapes.push(object);
     }
     // Admitted once already: the second pass only has the record to compare.
