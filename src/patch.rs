@@ -213,13 +213,26 @@ fn diff_array(path: &mut String, old: &[Value], new: Vec<Value>, ops: &mut Vec<O
     }
 }
 
+/// Up to this many elements, arrays are aligned by linear search: cheaper than hashing every
+/// key (a typical TaskRun has a handful of steps).
+const LINEAR_UP_TO: usize = 32;
+
 fn all_distinct(keys: &[Key<'_>]) -> bool {
+    if keys.len() <= LINEAR_UP_TO {
+        return keys.iter().enumerate().all(|(i, k)| !keys[..i].contains(k));
+    }
     let mut seen = std::collections::HashSet::with_capacity(keys.len());
     keys.iter().all(|k| seen.insert(k))
 }
 
 /// For each new element, the index of the old element with the same key.
 fn keyed_matches(old_keys: &[Key<'_>], new_keys: &[Key<'_>]) -> Vec<Option<usize>> {
+    if old_keys.len() <= LINEAR_UP_TO {
+        return new_keys
+            .iter()
+            .map(|k| old_keys.iter().position(|o| o == k))
+            .collect();
+    }
     let old_index: HashMap<&Key<'_>, usize> =
         old_keys.iter().enumerate().map(|(i, k)| (k, i)).collect();
     new_keys.iter().map(|k| old_index.get(k).copied()).collect()
@@ -404,8 +417,8 @@ mod tests {
 
         #[test]
         fn step_lists_roundtrip(
-            old in prop::collection::vec(prop::option::of("[a-e]"), 0..8),
-            new in prop::collection::vec(prop::option::of("[a-e]"), 0..8),
+            old in prop::collection::vec(prop::option::of("[a-e]"), 0..40),
+            new in prop::collection::vec(prop::option::of("[a-e]"), 0..40),
         ) {
             let to_steps = |names: &[Option<String>]| {
                 let mut seen = std::collections::HashSet::new();
