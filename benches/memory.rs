@@ -5,10 +5,14 @@
 //! `cargo bench --bench memory -- <policies> <tasks>` prints one CSV line:
 //! `policies,tasks,rss_start_kib,rss_end_kib,peak_rss_kib,build_ms,outcome,rss_trimmed_kib`.
 //! Peak RSS is the kernel's `VmHWM` for the process (/proc/self/status); `rss_trimmed` is the
-//! RSS after glibc's `malloc_trim(0)` returned freed heap pages (the inputs the state was built
+//! RSS after mimalloc's `mi_collect(true)` returned freed pages (the inputs the state was built
 //! from), i.e. what the loaded state itself keeps resident.
 
 mod support;
+
+// The allocator the bookend binary uses (src/main.rs), so the figures are the binary's.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::time::Instant;
 
@@ -23,20 +27,13 @@ fn status_kib(field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// RSS after mimalloc has returned the pages it no longer uses (`mi_collect(true)`).
 fn trim() -> u64 {
-    unsafe extern "C" {
-        fn malloc_trim(pad: usize) -> i32;
-    }
-    // SAFETY: malloc_trim only releases free heap memory; it has no preconditions.
+    // SAFETY: mi_collect only frees or purges memory the allocator holds unused; it takes no
+    // pointers and has no preconditions.
     unsafe {
-        malloc_trim(0);
+        libmimalloc_sys::mi_collect(true);
     }
-    status_kib("VmRSS:")
-}
-
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn trim() -> u64 {
     status_kib("VmRSS:")
 }
 
