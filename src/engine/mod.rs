@@ -766,15 +766,20 @@ fn inject_into(
     let mut final_steps = composed.steps;
     // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
     // have re-serialised them), so a second pass yields no patch.
+    // By name, the first of each (a map: long TaskRuns have hundreds of steps and gates).
+    let existing_by_name: HashMap<&str, &Value> = steps
+        .iter()
+        .rev()
+        .filter_map(|s| Some((tekton::step_name(s)?, s)))
+        .collect();
     for (step, kind) in final_steps.iter_mut().zip(&composed.kinds) {
         if matches!(kind, StepKind::User(_)) {
             continue;
         }
-        let name = tekton::step_name(step);
-        if let Some(existing) = steps.iter().find(|s| tekton::step_name(s) == name)
+        if let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n))
             && canonical(existing) == canonical(step)
         {
-            *step = existing.clone();
+            *step = (*existing).clone();
         }
     }
 
