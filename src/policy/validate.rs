@@ -190,42 +190,24 @@ fn check_step(
 
     if let Some(r) = &step.ref_ {
         let forbidden = [
-            (
-                "image",
-                step.image.is_some(),
-                "image cannot be used with Ref",
-            ),
-            (
-                "command",
-                step.command.is_some(),
-                "command cannot be used with Ref",
-            ),
-            ("args", step.args.is_some(), "args cannot be used with Ref"),
-            (
-                "script",
-                step.script.is_some(),
-                "script cannot be used with Ref",
-            ),
-            (
-                "workingDir",
-                step.working_dir.is_some(),
-                "working dir cannot be used with Ref",
-            ),
-            ("env", step.env.is_some(), "env cannot be used with Ref"),
-            (
-                "volumeMounts",
-                step.volume_mounts.is_some(),
-                "volumeMounts cannot be used with Ref",
-            ),
-            (
-                "results",
-                step.results.is_some(),
-                "results cannot be used with Ref",
-            ),
+            ("image", step.image.is_some()),
+            ("command", step.command.is_some()),
+            ("args", step.args.is_some()),
+            ("script", step.script.is_some()),
+            ("workingDir", step.working_dir.is_some()),
+            ("env", step.env.is_some()),
+            ("volumeMounts", step.volume_mounts.is_some()),
+            ("results", step.results.is_some()),
         ];
-        for (field, set, message) in forbidden {
+        for (field, set) in forbidden {
             if set {
-                err(field, message.to_owned());
+                // Tekton's wording, which spells this one field out.
+                let what = if field == "workingDir" {
+                    "working dir"
+                } else {
+                    field
+                };
+                err(field, format!("{what} cannot be used with Ref"));
             }
         }
         let has = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
@@ -583,6 +565,7 @@ mod tests {
             name: "bookend-clone".into(),
             image: Some("x".into()),
             script: Some("echo".into()),
+            working_dir: Some("/w".into()),
             ref_: Some(StepRef {
                 name: Some("git-clone".into()),
                 ..StepRef::default()
@@ -590,6 +573,12 @@ mod tests {
             ..Step::default()
         };
         let m = messages(&errors_for(step));
+        assert!(
+            m.contains(
+                &"spec.preSteps[0].workingDir: working dir cannot be used with Ref".to_owned()
+            ),
+            "{m:?}"
+        );
         assert!(
             m.contains(&"spec.preSteps[0].image: image cannot be used with Ref".to_owned()),
             "{m:?}"
