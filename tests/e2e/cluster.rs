@@ -120,10 +120,27 @@ impl Out {
         self
     }
 
+    /// stdout as JSON; the error (for `poll`) shows what kubectl printed instead.
+    fn try_json(&self) -> Result<Value, String> {
+        serde_json::from_str(&self.stdout)
+            .map_err(|e| format!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+    }
+
     #[track_caller]
     fn json(&self) -> Value {
-        serde_json::from_str(&self.stdout)
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
+        match self.try_json() {
+            Ok(value) => value,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// `Ok` when the command succeeded, else its stderr (for `poll`).
+    fn succeeded(&self) -> Result<(), String> {
+        if self.ok() {
+            Ok(())
+        } else {
+            Err(self.stderr.clone())
+        }
     }
 
     /// `Warning:` lines kubectl printed (the admission warnings).
@@ -158,22 +175,46 @@ fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
     }
 }
 
+/// kubectl against the test cluster. A plain value, unlike `Cluster` (whose drop stops the
+/// cluster), so that the rotation scenario's load thread can own a copy.
+#[derive(Clone)]
+struct Kubectl {
+    bin: PathBuf,
+    kubeconfig: PathBuf,
+}
+
+impl Kubectl {
+    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        run(cmd, stdin)
+    }
+
+    /// `kubectl <verb...> -o json -f <file>`.
+    fn with_file(&self, verb: &[&str], file: &Path) -> Out {
+        let file = file.display().to_string();
+        let mut args = verb.to_vec();
+        args.extend(["-o", "json", "-f", &file]);
+        self.run(&args, None)
+    }
+}
+
 /// etcd + kube-apiserver from start-cluster.sh; stop-cluster.sh on drop (a no-op when nothing
 /// was started).
 struct Cluster {
     dir: PathBuf,
-    kubeconfig: PathBuf,
-    kubectl: PathBuf,
+    client: Kubectl,
 }
 
 impl Cluster {
     fn start(dir: PathBuf) -> Self {
-        let kubectl = tools().path("kubectl");
         // The guard exists before anything runs, so a failure below still stops what started.
         let mut cluster = Self {
-            kubeconfig: dir.join("kubeconfig"),
+            client: Kubectl {
+                bin: tools().path("kubectl"),
+                kubeconfig: dir.join("kubeconfig"),
+            },
             dir,
-            kubectl,
         };
         // start-cluster.sh stops what it started when it fails. It can fail spuriously: its
         // `kubectl wait --for=condition=Established` errors out (".status.conditions accessor
@@ -200,7 +241,8 @@ impl Cluster {
             .lines()
             .filter_map(|l| l.split_once('='))
             .collect();
-        cluster.kubeconfig = PathBuf::from(vars.get("KUBECONFIG").expect("KUBECONFIG printed"));
+        cluster.client.kubeconfig =
+            PathBuf::from(vars.get("KUBECONFIG").expect("KUBECONFIG printed"));
         println!("{}", out.stderr.trim());
         cluster
     }
@@ -210,9 +252,21 @@ impl Cluster {
     }
 
     fn kubectl_in(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
-        let mut cmd = Command::new(&self.kubectl);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        run(cmd, stdin)
+        self.client.run(args, stdin)
+    }
+
+    /// `kubectl apply -f -` of YAML text (CRDs, webhook configurations), which must succeed.
+    #[track_caller]
+    fn apply_yaml(&self, yaml: &str, what: &str) {
+        self.kubectl_in(&["apply", "-f", "-"], Some(yaml.as_bytes()))
+            .expect_ok(what);
+    }
+
+    /// `kubectl get <args...> -o json`, which must succeed.
+    #[track_caller]
+    fn get_json(&self, args: &[&str], what: &str) -> Value {
+        let args = [&["get"], args, &["-o", "json"]].concat();
+        self.kubectl(&args).expect_ok(what).json()
     }
 
     /// `kubectl <verb...> -o json -f -` with `object` on stdin.
@@ -232,6 +286,32 @@ impl Cluster {
 
     fn apply(&self, object: &Value) -> Out {
         self.with_object(&["apply"], object)
+    }
+
+    /// Dry-run creates `object` until `check` accepts the result (policies, Tasks and webhook
+    /// configurations reach bookend or the apiserver asynchronously).
+    fn poll_dry_run(
+        &self,
+        what: &str,
+        object: &Value,
+        check: impl Fn(&Out) -> Result<(), String>,
+    ) -> Out {
+        poll(what, Duration::from_secs(30), || {
+            let out = self.dry_run(object);
+            check(&out).map(|()| out)
+        })
+    }
+
+    /// `poll_dry_run` until the returned TaskRun's step names satisfy `done`.
+    fn poll_steps(&self, what: &str, object: &Value, done: impl Fn(&[String]) -> bool) -> Out {
+        self.poll_dry_run(what, object, |out| {
+            let steps = step_names(&out.try_json()?);
+            if done(&steps) {
+                Ok(())
+            } else {
+                Err(format!("steps {steps:?}"))
+            }
+        })
     }
 }
 
@@ -481,20 +561,31 @@ impl Certs {
 // ---------------------------------------------------------------------------------------------
 // Objects
 
-fn yaml_docs(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_yaml_ng::Deserializer::from_str(&text)
+/// The non-empty documents of a multi-document YAML text.
+fn yaml_values(text: &str) -> Vec<Value> {
+    serde_yaml_ng::Deserializer::from_str(text)
         .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("YAML document"))
         .filter(|v| !v.is_null())
         .collect()
+}
+
+fn yaml_docs(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    yaml_values(&text)
 }
 
 fn example(path: &str) -> PathBuf {
     crate::root().join(path)
 }
 
+/// Step names of a TaskRun's inline taskSpec.
 fn step_names(object: &Value) -> Vec<String> {
-    object["spec"]["taskSpec"]["steps"]
+    step_names_of(&object["spec"]["taskSpec"])
+}
+
+/// Step names of a Task spec (or a TaskRun's taskSpec).
+fn step_names_of(spec: &Value) -> Vec<String> {
+    spec["steps"]
         .as_array()
         .map(|steps| {
             steps
@@ -505,8 +596,21 @@ fn step_names(object: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+fn includes(steps: &[String], name: &str) -> bool {
+    steps.iter().any(|n| n == name)
+}
+
 fn has_step(object: &Value, name: &str) -> bool {
-    step_names(object).iter().any(|n| n == name)
+    includes(&step_names(object), name)
+}
+
+/// `metadata.<field>` of an object the apiserver returned, which must be a string.
+#[track_caller]
+fn metadata_str(object: &Value, field: &str) -> String {
+    match object["metadata"][field].as_str() {
+        Some(value) => value.to_owned(),
+        None => panic!("metadata.{field}: {}", object["metadata"]),
+    }
 }
 
 /// A minimal inline TaskRun.
@@ -552,6 +656,29 @@ fn render(file: &Path) -> Value {
     run(cmd, None).expect_ok("bookend render").json()
 }
 
+/// `kubectl <verb...> -f examples/taskruns/<name>`, which must succeed and return what
+/// `bookend render` makes of the same file (the webhook and the offline engine agree).
+/// Returns kubectl's result (for its warnings) and the object.
+#[track_caller]
+fn create_example(cluster: &Cluster, verb: &[&str], name: &str) -> (Out, Value) {
+    let file = example(&format!("examples/taskruns/{name}"));
+    let what = format!("kubectl {} {name}", verb.join(" "));
+    let out = cluster.client.with_file(verb, &file).expect_ok(&what);
+    let object = out.json();
+    let offline = render(&file);
+    // The step names first: a short message when only the steps differ.
+    assert_eq!(
+        step_names(&object),
+        step_names(&offline),
+        "{what}: steps (in order) from the apiserver vs bookend render"
+    );
+    assert_eq!(
+        object["spec"], offline["spec"],
+        "{what}: the spec from the apiserver equals bookend render's"
+    );
+    (out, object)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Setup
 
@@ -574,13 +701,7 @@ fn webhook_configurations(cluster: &Cluster, port: u16, ca_b64: &str) -> String 
         .replace("BOOKEND_E2E_PORT", &port.to_string())
         .replace("BOOKEND_E2E_CA_BUNDLE", ca_b64);
 
-    let parse = |text: &str| -> Vec<Value> {
-        serde_yaml_ng::Deserializer::from_str(text)
-            .map(|d| <Value as serde::Deserialize>::deserialize(d).expect("YAML"))
-            .filter(|v| !v.is_null())
-            .collect()
-    };
-    let mut ours = parse(&rendered);
+    let mut ours = yaml_values(&rendered);
     let mut base = yaml_docs(&example("deploy/base/webhooks.yaml"));
     assert_eq!(
         ours.len(),
@@ -644,45 +765,10 @@ impl Ctx {
     fn keep(&mut self, label: &str, object: &Value) {
         self.returned.push((label.to_owned(), object.clone()));
     }
-
-    /// Dry-run creates a probe TaskRun in `namespace` until `check` accepts the result.
-    fn poll_dry_run(
-        &self,
-        what: &str,
-        object: &Value,
-        check: impl Fn(&Out) -> Result<(), String>,
-    ) -> Out {
-        poll(what, Duration::from_secs(30), || {
-            let out = self.cluster.dry_run(object);
-            check(&out).map(|()| out)
-        })
-    }
 }
 
 fn scenario_dry_run(ctx: &mut Ctx) -> String {
-    let file = example("examples/taskruns/build.yaml");
-    let out = ctx
-        .cluster
-        .kubectl(&[
-            "create",
-            "--dry-run=server",
-            "-o",
-            "json",
-            "-f",
-            &file.display().to_string(),
-        ])
-        .expect_ok("kubectl create --dry-run=server build.yaml");
-    let object = out.json();
-    let offline = render(&file);
-    assert_eq!(
-        step_names(&object),
-        step_names(&offline),
-        "steps from the apiserver vs bookend render"
-    );
-    assert_eq!(
-        object["spec"], offline["spec"],
-        "spec from the apiserver equals bookend render's"
-    );
+    let (out, object) = create_example(&ctx.cluster, &["create", "--dry-run=server"], "build.yaml");
     assert!(
         object["metadata"]["annotations"]["bookend.dev/injected"].is_string(),
         "record annotation: {}",
@@ -698,9 +784,7 @@ fn scenario_dry_run(ctx: &mut Ctx) -> String {
     );
     let list = ctx
         .cluster
-        .kubectl(&["get", "taskruns", "-n", TEAM_A, "-o", "json"])
-        .expect_ok("kubectl get taskruns")
-        .json();
+        .get_json(&["taskruns", "-n", TEAM_A], "kubectl get taskruns");
     assert_eq!(
         list["items"].as_array().map(Vec::len),
         Some(0),
@@ -715,28 +799,14 @@ fn scenario_dry_run(ctx: &mut Ctx) -> String {
 }
 
 fn scenario_create_and_rerun(ctx: &mut Ctx) -> String {
-    let file = example("examples/taskruns/build.yaml");
-    let object = ctx
-        .cluster
-        .kubectl(&["create", "-o", "json", "-f", &file.display().to_string()])
-        .expect_ok("kubectl create build.yaml")
-        .json();
-    let name = object["metadata"]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
-    let offline = render(&file);
-    let expected = step_names(&offline);
-    assert_eq!(step_names(&object), expected, "persisted steps in order");
-    assert_eq!(
-        object["spec"], offline["spec"],
-        "the stored spec equals bookend render's"
+    // What create returns is what it persisted: in order, and as bookend render has it.
+    let (_, object) = create_example(&ctx.cluster, &["create"], "build.yaml");
+    let name = metadata_str(&object, "name");
+    let expected = step_names(&object);
+    let stored = ctx.cluster.get_json(
+        &["taskrun", "-n", TEAM_A, &name],
+        "kubectl get the persisted TaskRun",
     );
-    let stored = ctx
-        .cluster
-        .kubectl(&["get", "taskrun", "-n", TEAM_A, &name, "-o", "json"])
-        .expect_ok("kubectl get the persisted TaskRun")
-        .json();
     assert_eq!(
         stored["spec"], object["spec"],
         "get returns what create returned"
@@ -774,25 +844,12 @@ fn scenario_v1beta1(ctx: &mut Ctx) -> String {
     // Registered for v1 and v1beta1 with matchPolicy: Exact, bookend gets the v1beta1 object as
     // written and patches it with v1beta1 field names. (The test CRDs have conversion: None, so
     // only the dry-run response, in the requested version, is meaningful here.)
-    let file = example("examples/taskruns/v1beta1.yaml");
-    let out = ctx
-        .cluster
-        .kubectl(&[
-            "create",
-            "--dry-run=server",
-            "-o",
-            "json",
-            "-f",
-            &file.display().to_string(),
-        ])
-        .expect_ok("kubectl create --dry-run=server v1beta1.yaml");
-    let object = out.json();
-    assert_eq!(object["apiVersion"], json!("tekton.dev/v1beta1"));
-    let offline = render(&file);
-    assert_eq!(
-        object["spec"], offline["spec"],
-        "v1beta1 spec from the apiserver equals bookend render's"
+    let (_, object) = create_example(
+        &ctx.cluster,
+        &["create", "--dry-run=server"],
+        "v1beta1.yaml",
     );
+    assert_eq!(object["apiVersion"], json!("tekton.dev/v1beta1"));
     let credentials = &object["spec"]["taskSpec"]["steps"][0];
     assert_eq!(credentials["name"], json!("bookend-credentials"));
     assert!(
@@ -861,14 +918,12 @@ fn scenario_policy_lifecycle(ctx: &mut Ctx) -> String {
     );
     ctx.cluster.apply(&policy).expect_ok("apply a valid policy");
     let applied = Instant::now();
-    let out = ctx.poll_dry_run("the new policy to take effect", &probe, |out| {
-        let object: Value =
-            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-        match step_names(&object).first().map(String::as_str) {
-            Some("bookend-e2e-extra") => Ok(()),
-            _ => Err(format!("steps {:?}", step_names(&object))),
-        }
-    });
+    // Priority 5, the lowest (outermost): its pre-step comes first.
+    let out = ctx
+        .cluster
+        .poll_steps("the new policy to take effect", &probe, |steps| {
+            steps.first().is_some_and(|s| s == "bookend-e2e-extra")
+        });
     let took_effect = applied.elapsed();
     ctx.keep("dry-run with e2e-extra", &out.json());
 
@@ -876,15 +931,10 @@ fn scenario_policy_lifecycle(ctx: &mut Ctx) -> String {
         .kubectl(&["delete", "clustersteppolicy", "e2e-extra"])
         .expect_ok("delete the policy");
     let deleted = Instant::now();
-    ctx.poll_dry_run("the deleted policy to stop injecting", &probe, |out| {
-        let object: Value =
-            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-        if has_step(&object, "bookend-e2e-extra") {
-            Err(format!("steps {:?}", step_names(&object)))
-        } else {
-            Ok(())
-        }
-    });
+    ctx.cluster
+        .poll_steps("the deleted policy to stop injecting", &probe, |steps| {
+            !includes(steps, "bookend-e2e-extra")
+        });
     format!(
         "invalid refused ({refusal}); new policy live after {:.1}s, deletion after {:.1}s",
         took_effect.as_secs_f64(),
@@ -903,15 +953,11 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
     });
     ctx.cluster.apply(&policy).expect_ok("apply a StepPolicy");
     let in_b = taskrun(TEAM_B, "sp-", "work");
-    let out = ctx.poll_dry_run("the StepPolicy to take effect", &in_b, |out| {
-        let object: Value =
-            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-        if has_step(&object, "bookend-e2e-team-b") {
-            Ok(())
-        } else {
-            Err(format!("steps {:?}", step_names(&object)))
-        }
-    });
+    let out = ctx
+        .cluster
+        .poll_steps("the StepPolicy to take effect", &in_b, |steps| {
+            includes(steps, "bookend-e2e-team-b")
+        });
     let object = out.json();
     ctx.keep("dry-run with a StepPolicy", &object);
     let in_a = ctx
@@ -927,15 +973,10 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
     ctx.cluster
         .kubectl(&["delete", "steppolicy", "-n", TEAM_B, "e2e-team-b"])
         .expect_ok("delete the StepPolicy");
-    ctx.poll_dry_run("the deleted StepPolicy to stop injecting", &in_b, |out| {
-        let object: Value =
-            serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-        if has_step(&object, "bookend-e2e-team-b") {
-            Err(format!("steps {:?}", step_names(&object)))
-        } else {
-            Ok(())
-        }
-    });
+    ctx.cluster
+        .poll_steps("the deleted StepPolicy to stop injecting", &in_b, |steps| {
+            !includes(steps, "bookend-e2e-team-b")
+        });
     format!(
         "team-b: steps {:?}; team-a: not applied; deletion stops it",
         step_names(&object)
@@ -958,22 +999,11 @@ fn scenario_task_ref(ctx: &mut Ctx) -> String {
         created["spec"], task["spec"],
         "a user's Task is stored unchanged"
     );
-    let task_name = created["metadata"]["name"]
-        .as_str()
-        .expect("name")
-        .to_owned();
-    let rv = created["metadata"]["resourceVersion"]
-        .as_str()
-        .expect("resourceVersion")
-        .to_owned();
+    let task_name = metadata_str(&created, "name");
+    let rv = metadata_str(&created, "resourceVersion");
     // bookend learns about the Task through its watch: poll until the dry-run inlines it.
-    ctx.poll_dry_run("bookend to see the Task", run, |out| {
-        if out.ok() {
-            Ok(())
-        } else {
-            Err(out.stderr.clone())
-        }
-    });
+    ctx.cluster
+        .poll_dry_run("bookend to see the Task", run, Out::succeeded);
     let object = ctx
         .cluster
         .create(run)
@@ -1043,17 +1073,17 @@ fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
             let out = ctx
                 .cluster
                 .with_object(&["create", "--dry-run=server", &as_controller], &task);
-            if out.ok() { Ok(out) } else { Err(out.stderr) }
+            out.succeeded().map(|()| out)
         },
     );
     let object = out.json();
     let names = step_names_of(&object["spec"]);
     assert!(
-        names.iter().any(|n| n == "bookend-sbom") && names.iter().any(|n| n == "remote-build"),
+        includes(&names, "bookend-sbom") && includes(&names, "remote-build"),
         "the controller's dry-run Task gets the namespace-level policies' steps: {names:?}"
     );
     assert!(
-        !names.iter().any(|n| n == "bookend-credentials"),
+        !includes(&names, "bookend-credentials"),
         "org-credentials has a TaskRun-level criterion (exclude.selector), so it cannot apply: {names:?}"
     );
     // What Tekton then runs: the Task's spec as a TaskRun's taskSpec; let Tekton validate it.
@@ -1076,18 +1106,6 @@ fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
     format!("controller's dry-run Task: steps {names:?}; other users' Tasks untouched")
 }
 
-fn step_names_of(spec: &Value) -> Vec<String> {
-    spec["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 fn scenario_origin_pipeline(ctx: &mut Ctx) -> String {
     let policy = cluster_policy(
         "e2e-pipeline-only",
@@ -1106,18 +1124,10 @@ fn scenario_origin_pipeline(ctx: &mut Ctx) -> String {
         "controller": true,
         "blockOwnerDeletion": true,
     }]);
-    ctx.poll_dry_run(
+    ctx.cluster.poll_steps(
         "the origin: Pipeline policy to take effect",
         &owned,
-        |out| {
-            let object: Value =
-                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-            if has_step(&object, "bookend-e2e-pipeline") {
-                Ok(())
-            } else {
-                Err(format!("steps {:?}", step_names(&object)))
-            }
-        },
+        |steps| includes(steps, "bookend-e2e-pipeline"),
     );
     let out = ctx
         .cluster
@@ -1198,7 +1208,7 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let file = example("examples/taskruns/build.yaml");
     let calls = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let (kubectl, kubeconfig) = (ctx.cluster.kubectl.clone(), ctx.cluster.kubeconfig.clone());
+    let kubectl = ctx.cluster.client.clone();
     // Stops the loop also when an assertion below panics (the scenario is caught and the
     // next one runs on the same cluster).
     struct StopOnDrop(Arc<AtomicBool>);
@@ -1214,15 +1224,10 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
             let mut failures = Vec::new();
             let mut n = 0;
             while n < 300 && (n < 50 || !stop.load(Ordering::SeqCst)) {
-                let mut cmd = Command::new(&kubectl);
-                cmd.arg("--kubeconfig")
-                    .arg(&kubeconfig)
-                    .args(["create", "--dry-run=server", "-o", "json", "-f"])
-                    .arg(&file);
-                let out = run(cmd, None);
-                let injected = serde_json::from_str::<Value>(&out.stdout)
-                    .map(|o| has_step(&o, "bookend-credentials"))
-                    .unwrap_or(false);
+                let out = kubectl.with_file(&["create", "--dry-run=server"], &file);
+                let injected = out
+                    .try_json()
+                    .is_ok_and(|o| has_step(&o, "bookend-credentials"));
                 if !out.ok() || !injected {
                     failures.push(format!("call {n}: {} {}", out.status, out.stderr.trim()));
                 }
@@ -1232,18 +1237,18 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
             failures
         })
     };
-    poll(
-        "10 admissions before the rotation",
-        Duration::from_secs(60),
-        || {
+    // Waits until the loop's call count satisfies `enough`.
+    let wait_for_calls = |what: &str, enough: &dyn Fn(usize) -> bool| {
+        poll(what, Duration::from_secs(60), || {
             let n = calls.load(Ordering::SeqCst);
-            if n >= 10 {
+            if enough(n) {
                 Ok(())
             } else {
                 Err(format!("{n} calls"))
             }
-        },
-    );
+        })
+    };
+    wait_for_calls("10 admissions before the rotation", &|n| n >= 10);
     let new_serial = ctx.certs.rotate("v2");
     let rotated_at = calls.load(Ordering::SeqCst);
     let switched = Instant::now();
@@ -1272,9 +1277,10 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let doubled =
         base64::engine::general_purpose::STANDARD.encode([&ca_pem[..], &ca_pem[..]].concat());
     let configurations = webhook_configurations(&ctx.cluster, ctx.bookend.port, &doubled);
-    ctx.cluster
-        .kubectl_in(&["apply", "-f", "-"], Some(configurations.as_bytes()))
-        .expect_ok("re-register the webhooks with a new caBundle");
+    ctx.cluster.apply_yaml(
+        &configurations,
+        "re-register the webhooks with a new caBundle",
+    );
     let new_peer = poll(
         "the apiserver to open a new connection to bookend",
         Duration::from_secs(30),
@@ -1287,17 +1293,9 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
         },
     );
     let reconnected_at = calls.load(Ordering::SeqCst);
-    poll(
+    wait_for_calls(
         "20 admissions after the switch, 10 after the reconnect",
-        Duration::from_secs(60),
-        || {
-            let n = calls.load(Ordering::SeqCst);
-            if n >= switched_at + 20 && n >= reconnected_at + 10 {
-                Ok(())
-            } else {
-                Err(format!("{n} calls"))
-            }
-        },
+        &|n| n >= switched_at + 20 && n >= reconnected_at + 10,
     );
     stop.store(true, Ordering::SeqCst);
     let failures = loop_thread.join().expect("the admission loop");
@@ -1435,27 +1433,27 @@ fn real_apiserver_calls_bookend() {
         None,
     )
     .expect_ok("bookend crds");
-    cluster
-        .kubectl_in(&["apply", "-f", "-"], Some(crds.stdout.as_bytes()))
-        .expect_ok("apply bookend's CRDs");
+    cluster.apply_yaml(&crds.stdout, "apply bookend's CRDs");
     // `kubectl wait` fails ("accessor error") while a CRD has no status yet: poll it.
     poll(
         "bookend's CRDs Established",
         Duration::from_secs(60),
         || {
-            let out = cluster.kubectl(&[
-                "wait",
-                "--for=condition=Established",
-                "--timeout=10s",
-                "crd/clustersteppolicies.bookend.dev",
-                "crd/steppolicies.bookend.dev",
-            ]);
-            if out.ok() { Ok(()) } else { Err(out.stderr) }
+            cluster
+                .kubectl(&[
+                    "wait",
+                    "--for=condition=Established",
+                    "--timeout=10s",
+                    "crd/clustersteppolicies.bookend.dev",
+                    "crd/steppolicies.bookend.dev",
+                ])
+                .succeeded()
         },
     );
     poll("policies in discovery", Duration::from_secs(30), || {
-        let out = cluster.kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"]);
-        if out.ok() { Ok(()) } else { Err(out.stderr) }
+        cluster
+            .kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"])
+            .succeeded()
     });
     for ns in [TEAM_A, TEAM_B, "team-c"] {
         cluster
@@ -1476,31 +1474,18 @@ fn real_apiserver_calls_bookend() {
         &work,
         &certs.live("tls.crt"),
         &certs.live("tls.key"),
-        &cluster.kubeconfig,
+        &cluster.client.kubeconfig,
     );
     bookend.wait_ready(Duration::from_secs(60));
     clock.done("bookend certs + serve --source kubernetes until /readyz");
 
     let configurations = webhook_configurations(&cluster, bookend.port, &certs.ca_bundle_b64());
     std::fs::write(work.join("webhooks.yaml"), &configurations).expect("write webhooks.yaml");
-    cluster
-        .kubectl_in(&["apply", "-f", "-"], Some(configurations.as_bytes()))
-        .expect_ok("register the webhook configurations");
+    cluster.apply_yaml(&configurations, "register the webhook configurations");
     let probe = taskrun(TEAM_A, "probe-", "work");
-    poll(
-        "the apiserver to call bookend",
-        Duration::from_secs(30),
-        || {
-            let out = cluster.dry_run(&probe);
-            let object: Value =
-                serde_json::from_str(&out.stdout).map_err(|e| format!("{e}: {}", out.stderr))?;
-            if has_step(&object, "bookend-credentials") {
-                Ok(())
-            } else {
-                Err(format!("steps {:?}", step_names(&object)))
-            }
-        },
-    );
+    cluster.poll_steps("the apiserver to call bookend", &probe, |steps| {
+        includes(steps, "bookend-credentials")
+    });
     clock.done("webhook configurations (overlay) live");
 
     let mut ctx = Ctx {
