@@ -9,7 +9,9 @@
 //! - `decide/{typical,large200}/{N}`: `engine::decide` alone (the object already parsed);
 //! - `diff/{typical,large200}`: `patch::diff` alone (received TaskRun vs admitted TaskRun);
 //! - `parts/...`: parsing the review, `PolicySet::candidates`, serialising the response;
-//! - `scale_policies/typical/{N}` and `scale_steps/{steps}`: the scaling curves (full decision).
+//! - `scale_policies/typical/{N}` and `scale_steps/{steps}`: the scaling curves (full decision);
+//! - `scale_tasks/{inline,taskref}/{0,10000}`: the full decision with 0 or 10,000 cached Tasks,
+//!   for an inline TaskRun and for the same TaskRun referencing its Task (inlined from the cache).
 //!
 //! Short runs: `cargo bench --bench engine -- --warm-up-time 1 --measurement-time 3`.
 
@@ -181,6 +183,34 @@ fn scale_steps(c: &mut Criterion) {
     group.finish();
 }
 
+/// The review with 0 or 10,000 cached Tasks: an inline-spec TaskRun (the cache is not read)
+/// and the same TaskRun referencing its Task by name (`taskRef: Inline` looks it up in the
+/// cache and inlines it).
+fn scale_tasks(c: &mut Criterion) {
+    let set = support::policy_set(10);
+    let inline = support::body_with_steps(3);
+    let (taskref, task) = support::taskref_review();
+    let mut group = c.benchmark_group("scale_tasks");
+    for tasks in [0, 10_000] {
+        let catalog = support::catalog_with(tasks, std::slice::from_ref(&task));
+        for body in [&inline, &taskref] {
+            let reply = admission::review(Endpoint::Mutate, body, &set, &catalog);
+            assert_eq!(
+                reply.summary.outcome, "mutated",
+                "{:?}",
+                reply.summary.reason
+            );
+        }
+        group.bench_with_input(BenchmarkId::new("inline", tasks), &tasks, |b, _| {
+            b.iter(|| mutate(black_box(&inline), &set, &catalog))
+        });
+        group.bench_with_input(BenchmarkId::new("taskref", tasks), &tasks, |b, _| {
+            b.iter(|| mutate(black_box(&taskref), &set, &catalog))
+        });
+    }
+    group.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .sample_size(30)
@@ -192,6 +222,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = review, decide, diff, parts, scale_policies, scale_steps
+    targets = review, decide, diff, parts, scale_policies, scale_steps, scale_tasks
 }
 criterion_main!(benches);

@@ -2,8 +2,9 @@
 //! `valgrind --tool=callgrind` are repeatable on a loaded machine where wall-clock times are
 //! not. Not a criterion benchmark (`harness = false`).
 //!
-//! `cargo bench --bench profile -- <case> <steps> <policies> <iterations>`, case one of
-//! `review` (admission::review), `decide` (engine::decide), `diff` (patch::diff), `parse`
+//! `cargo bench --bench profile -- <case> <steps> <policies> <iterations> [cached tasks]`, case
+//! one of `review` (admission::review), `taskref` (the same TaskRun referencing its Task, which
+//! is inlined from the catalog; `steps` does not apply), `decide` (engine::decide), `diff` (patch::diff), `parse`
 //! (the review body into a serde_json::Value), `setup` (inputs only: subtract it).
 //!
 //! scripts/bench-profile.sh runs it under callgrind and prints instructions per iteration.
@@ -30,11 +31,12 @@ fn main() {
     let case = args.first().map(String::as_str).unwrap_or("review");
     let num =
         |i: usize, default: usize| args.get(i).and_then(|a| a.parse().ok()).unwrap_or(default);
-    let (steps, policies, iterations) = (num(1, 3), num(2, 10), num(3, 1000));
+    let (steps, policies, iterations, tasks) = (num(1, 3), num(2, 10), num(3, 1000), num(4, 0));
     let body = support::body_with_steps(steps);
     let object = support::review_with_steps(steps)["request"]["object"].clone();
     let set = support::policy_set(policies);
-    let catalog = support::catalog(0);
+    let (taskref_body, task) = support::taskref_review();
+    let catalog = support::catalog_with(tasks, std::slice::from_ref(&task));
     let request = Request {
         object: &object,
         namespace: "team-a",
@@ -48,6 +50,14 @@ fn main() {
                 black_box(admission::review(
                     Endpoint::Mutate,
                     black_box(&body),
+                    &set,
+                    &catalog,
+                ));
+            }
+            "taskref" => {
+                black_box(admission::review(
+                    Endpoint::Mutate,
+                    black_box(&taskref_body),
                     &set,
                     &catalog,
                 ));

@@ -2,15 +2,16 @@
 # Instructions per iteration of one benchmark case, counted by callgrind (repeatable on a
 # loaded machine, unlike wall-clock time), and the callgrind profile for callgrind_annotate.
 #
-#   scripts/bench-profile.sh <case> [steps] [policies] [iterations]
+#   scripts/bench-profile.sh <case> [steps] [policies] [iterations] [cached tasks]
 #   scripts/bench-profile.sh review 3 10 200
+#   scripts/bench-profile.sh taskref 3 10 200 10000
 #
-# Cases: review, decide, diff, parse (benches/profile.rs). Prints
+# Cases: review, taskref, decide, diff, parse (benches/profile.rs). Prints
 # `case,steps,policies,instructions_per_iteration`; the profile is left in
 # target/callgrind.<case>-<steps>-<policies>.out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-case=${1:-review}; steps=${2:-3}; policies=${3:-10}; iters=${4:-200}
+case=${1:-review}; steps=${2:-3}; policies=${3:-10}; iters=${4:-200}; tasks=${5:-0}
 target=${CARGO_TARGET_DIR:-target}
 bin=$(cargo bench --bench profile --no-run --message-format=json 2>/dev/null \
   | python3 -c 'import json,sys
@@ -22,6 +23,6 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$out" "$bin" "$@" >/dev/null 2>&1
   grep -m1 '^summary:' "$out" | awk '{print $2}'
 }
-base=$(count "$target/callgrind.setup.out" setup "$steps" "$policies" 0)
-total=$(count "$target/callgrind.$case-$steps-$policies.out" "$case" "$steps" "$policies" "$iters")
+base=$(count "$target/callgrind.setup.out" setup "$steps" "$policies" 0 "$tasks")
+total=$(count "$target/callgrind.$case-$steps-$policies.out" "$case" "$steps" "$policies" "$iters" "$tasks")
 echo "$case,$steps,$policies,$(( (total - base) / iters ))"

@@ -231,3 +231,31 @@ pub fn catalog(tasks: usize) -> Catalog {
     assert_eq!(added, tasks + 1);
     catalog
 }
+
+/// The fixture's TaskRun with its taskSpec moved into a Task `build` in `team-a`: the body
+/// references it (`taskRef`), and the returned object is the Task for the catalog.
+pub fn taskref_review() -> (Vec<u8>, Value) {
+    let mut review = review_value();
+    let spec = review["request"]["object"]["spec"]
+        .as_object_mut()
+        .expect("fixture has a spec");
+    let task_spec = spec.remove("taskSpec").expect("fixture has a taskSpec");
+    spec.insert(
+        "taskRef".to_owned(),
+        json!({"name": "build", "kind": "Task"}),
+    );
+    let task = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a", "resourceVersion": "4711"},
+        "spec": task_spec,
+    });
+    (serde_json::to_vec(&review).expect("serialises"), task)
+}
+
+/// [`catalog`] plus `extra` objects.
+pub fn catalog_with(tasks: usize, extra: &[Value]) -> Catalog {
+    let mut catalog = catalog(tasks);
+    assert_eq!(catalog.add_objects(extra, "default"), extra.len());
+    catalog
+}
