@@ -113,18 +113,6 @@ async fn check(server: &TestServer, what: &str, payload: &[u8], expect: &Expect)
     last
 }
 
-fn step_names(taskrun: &Value) -> Vec<String> {
-    taskrun["spec"]["taskSpec"]["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The sample review with `edit` applied.
 fn sample_with(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     let mut review = sample_review();
@@ -132,8 +120,8 @@ fn sample_with(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
     body(&review)
 }
 
-/// A minimal TaskRun CREATE review in `namespace` with these steps.
-fn taskrun_review(namespace: &str, name: &str, steps: Value) -> Value {
+/// A TaskRun CREATE review of `object` in `namespace`.
+fn create_review(namespace: &str, object: Value) -> Value {
     json!({
         "apiVersion": "admission.k8s.io/v1",
         "kind": "AdmissionReview",
@@ -144,14 +132,22 @@ fn taskrun_review(namespace: &str, name: &str, steps: Value) -> Value {
             "namespace": namespace,
             "operation": "CREATE",
             "userInfo": {"username": "alice"},
-            "object": {
-                "apiVersion": "tekton.dev/v1",
-                "kind": "TaskRun",
-                "metadata": {"name": name, "namespace": namespace},
-                "spec": {"taskSpec": {"steps": steps}}
-            }
+            "object": object
         }
     })
+}
+
+/// A minimal TaskRun CREATE review in `namespace` with these steps.
+fn taskrun_review(namespace: &str, name: &str, steps: Value) -> Value {
+    create_review(
+        namespace,
+        json!({
+            "apiVersion": "tekton.dev/v1",
+            "kind": "TaskRun",
+            "metadata": {"name": name, "namespace": namespace},
+            "spec": {"taskSpec": {"steps": steps}}
+        }),
+    )
 }
 
 fn nested(depth: usize) -> String {
@@ -345,14 +341,12 @@ async fn over_limit_bodies_are_413() {
     )
     .await;
     // Streamed: chunked HTTP/1.1 with no Content-Length, cut off at the limit.
-    let mut stream = raw_tls(&server).await;
-    stream
-        .write_all(
-            format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ntransfer-encoding: chunked\r\n\r\n")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
+    let mut stream = raw_tls_with(
+        &server,
+        format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ntransfer-encoding: chunked\r\n\r\n")
+            .as_bytes(),
+    )
+    .await;
     let chunk = vec![b' '; 64 * 1024];
     let mut sent = 0;
     let mut status = None;
@@ -650,18 +644,7 @@ async fn status_subresource_is_allowed_unchanged() {
 #[tokio::test]
 async fn a_taskrun_with_every_optional_field() {
     let object: Value = serde_yaml_ng::from_str(EVERY_FIELD).unwrap();
-    let review = json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "request": {
-            "uid": "every-field",
-            "kind": {"group": "tekton.dev", "version": "v1", "kind": "TaskRun"},
-            "namespace": "team-a",
-            "operation": "CREATE",
-            "userInfo": {"username": "alice"},
-            "object": object,
-        }
-    });
+    let review = create_review("team-a", object.clone());
     let answer = row("every optional field", body(&review), Expect::Mutated).await;
     let patched = apply_patch(&answer, &object);
     // Everything bookend does not own survives untouched.
@@ -833,38 +816,18 @@ spec:
         imagePullPolicy: IfNotPresent
 "#;
 
-/// Reads one HTTP/1.1 response (head and `Content-Length` body); `None` when the connection
-/// closed first.
-async fn read_one(
+/// Writes a whole JSON request by hand, then reads its response (`None`: the connection closed
+/// first).
+async fn exchange(
     stream: &mut tokio_rustls::client::TlsStream<TcpStream>,
-) -> Option<(u16, String, Vec<u8>)> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let status: u16 = head.split(' ').nth(1)?.parse().ok()?;
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return Some((status, head, buf[end + 4..end + 4 + length].to_vec()));
-            }
-        }
-        let n = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk))
-            .await
-            .ok()?
-            .ok()?;
-        if n == 0 {
-            return None;
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
+    method: &str,
+    path: &str,
+    payload: &[u8],
+) -> Option<RawResponse> {
+    let head = json_request_head(method, path, payload.len());
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.write_all(payload).await.unwrap();
+    read_http1(stream).await.ok()
 }
 
 /// Found by the soak's load generator: an answer that did not read the request body (404 on
@@ -880,13 +843,7 @@ async fn error_answers_keep_the_connection_usable() {
         ("PUT", "/mutate", b"{\"x\": 1}".to_vec(), 405),
         ("POST", "/mutate", b"not json".to_vec(), 400),
     ] {
-        let head = format!(
-            "{method} {path} HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            payload.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&payload).await.unwrap();
-        let (got, head, _) = read_one(&mut stream)
+        let (got, head, _) = exchange(&mut stream, method, path, &payload)
             .await
             .unwrap_or_else(|| panic!("{method} {path}: connection closed"));
         assert_eq!(got, status, "{method} {path}");
@@ -895,13 +852,7 @@ async fn error_answers_keep_the_connection_usable() {
         if closes {
             stream = raw_tls(&server).await;
         }
-        let head = format!(
-            "POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            good.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&good).await.unwrap();
-        let answer = read_one(&mut stream).await;
+        let answer = exchange(&mut stream, "POST", "/mutate", &good).await;
         assert!(
             matches!(answer, Some((200, _, _))),
             "after {method} {path} ({status}) the connection was closed without `Connection: close`"

@@ -5,13 +5,111 @@ mod webhook_support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::Duration;
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::Receiver;
+use std::time::{Duration, Instant};
 
 use webhook_support::*;
 
 fn bookend() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bookend"))
+}
+
+/// `bookend serve --source kubernetes` where no cluster can be reached: it must exit 2.
+fn serve_without_a_cluster(dir: &Path) -> Output {
+    bookend()
+        .current_dir(dir)
+        .args(["serve", "--source", "kubernetes"])
+        .env("KUBECONFIG", dir.join("no-such-kubeconfig"))
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .output()
+        .unwrap()
+}
+
+/// A `bookend serve` process on port 0 (webhook and admin), its log read line by line.
+struct Serve {
+    child: Child,
+    lines: Receiver<String>,
+    /// Every log line read so far, for failure messages.
+    log: Vec<String>,
+}
+
+impl Serve {
+    fn start(dir: &Path, args: &[&str]) -> Self {
+        let mut child = bookend()
+            .current_dir(dir)
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+            ])
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // A thread reads stderr so that the process never blocks on a full pipe.
+        let stderr = child.stderr.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Self {
+            child,
+            lines,
+            log: Vec::new(),
+        }
+    }
+
+    /// The next log line containing `needle`; panics after 20 s without one.
+    fn wait_for(&mut self, needle: &str) -> String {
+        loop {
+            let Ok(line) = self.lines.recv_timeout(Duration::from_secs(20)) else {
+                panic!("no log line with {needle:?} in {:#?}", self.log);
+            };
+            self.log.push(line.clone());
+            if line.contains(needle) {
+                return line;
+            }
+        }
+    }
+
+    fn sigterm(&self) {
+        let killed = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(killed.success());
+    }
+
+    /// The exit status, which must come within `within`; `after` names what should end it.
+    /// Polls with an async sleep: the test's own HTTP client must keep running meanwhile, to
+    /// close its keep-alive connection when the server drains.
+    async fn exit_status(&mut self, within: Duration, after: &str) -> ExitStatus {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            assert!(Instant::now() < deadline, "no exit after {after}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// The address after `key` in the "serving" log line (`webhook=https://` or `admin=http://`).
+fn address(serving: &str, key: &str) -> String {
+    let rest = serving
+        .split(key)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {key} in {serving:?}"));
+    rest.split_whitespace().next().unwrap().to_owned()
 }
 
 #[tokio::test]
@@ -21,46 +119,17 @@ async fn serve_generates_a_dev_certificate_serves_and_exits_0_on_sigterm() {
     let policies = dir.path().join("policies");
     std::fs::create_dir_all(&policies).unwrap();
     std::fs::write(policies.join("p.yaml"), POLICY).unwrap();
-    let mut child = bookend()
-        .current_dir(dir.path())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .arg("--policies")
-        .arg(&policies)
-        .env_remove("RUST_LOG")
-        .env("NO_COLOR", "1")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut serve = Serve::start(dir.path(), &["--policies", policies.to_str().unwrap()]);
 
     // Read the log until the "serving" line, which names the bound addresses.
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let mut log = Vec::new();
-    let webhook = loop {
-        let line = rx
-            .recv_timeout(Duration::from_secs(20))
-            .unwrap_or_else(|_| panic!("no 'serving' line in {log:#?}"));
-        log.push(line.clone());
-        if let Some(rest) = line.split("webhook=https://").nth(1) {
-            break rest.split_whitespace().next().unwrap().to_owned();
-        }
-    };
+    let webhook = address(&serve.wait_for("webhook=https://"), "webhook=https://");
     assert!(
-        log.iter()
+        serve
+            .log
+            .iter()
             .any(|l| l.contains("generated a development CA and serving certificate")),
-        "{log:#?}"
+        "{:#?}",
+        serve.log
     );
     for file in ["ca.crt", "ca.key", "tls.crt", "tls.key", "ca.crt.b64"] {
         assert!(dir.path().join("certs").join(file).exists(), "certs/{file}");
@@ -81,36 +150,16 @@ async fn serve_generates_a_dev_certificate_serves_and_exits_0_on_sigterm() {
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["response"]["patchType"], "JSONPatch");
 
-    let killed = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no exit after SIGTERM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    serve.sigterm();
+    let status = serve.exit_status(Duration::from_secs(20), "SIGTERM").await;
     assert_eq!(status.code(), Some(0));
-    while let Ok(line) = rx.try_recv() {
+    while let Ok(line) = serve.lines.try_recv() {
         eprintln!("{line}");
     }
 
     // A second start reuses the pair (no new CA).
     let before = std::fs::read(dir.path().join("certs/ca.crt")).unwrap();
-    let out = bookend()
-        .current_dir(dir.path())
-        .args(["serve", "--source", "kubernetes"])
-        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .unwrap();
+    let out = serve_without_a_cluster(dir.path());
     assert_eq!(out.status.code(), Some(2));
     assert_eq!(
         std::fs::read(dir.path().join("certs/ca.crt")).unwrap(),
@@ -121,24 +170,19 @@ async fn serve_generates_a_dev_certificate_serves_and_exits_0_on_sigterm() {
 #[test]
 fn startup_errors_name_the_flag_and_exit_2() {
     let dir = tempfile::tempdir().unwrap();
-    let run = |args: &[&str]| {
+    // `bookend serve` with this certificate and key (and `more`) must exit 2; returns its stderr.
+    let refused = |cert: &str, key: &str, more: &[&str]| {
         let out = bookend()
             .current_dir(dir.path())
-            .args(args)
+            .args(["serve", "--tls-cert", cert, "--tls-key", key])
+            .args(more)
             .output()
             .unwrap();
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stderr).to_string(),
-        )
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        err
     };
-    let out = bookend()
-        .current_dir(dir.path())
-        .args(["serve", "--source", "kubernetes"])
-        .env("KUBECONFIG", dir.path().join("no-such-kubeconfig"))
-        .env_remove("KUBERNETES_SERVICE_HOST")
-        .output()
-        .unwrap();
+    let out = serve_without_a_cluster(dir.path());
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
     assert!(
@@ -146,14 +190,7 @@ fn startup_errors_name_the_flag_and_exit_2() {
         "{err}"
     );
 
-    let (code, err) = run(&[
-        "serve",
-        "--tls-cert",
-        "missing.crt",
-        "--tls-key",
-        "missing.key",
-    ]);
-    assert_eq!(code, Some(2));
+    let err = refused("missing.crt", "missing.key", &[]);
     assert!(err.contains("--tls-cert missing.crt: cannot read"), "{err}");
 
     // Explicit paths are never generated.
@@ -163,16 +200,11 @@ fn startup_errors_name_the_flag_and_exit_2() {
         bookend::certs::generate(&dir.path().join("c"), &["localhost".into()], 1).unwrap();
     let policies = dir.path().join("bad.yaml");
     std::fs::write(&policies, POLICY.replace("image:", "imagee:")).unwrap();
-    let (code, err) = run(&[
-        "serve",
-        "--tls-cert",
+    let err = refused(
         written.tls_cert.to_str().unwrap(),
-        "--tls-key",
         written.tls_key.to_str().unwrap(),
-        "--policies",
-        policies.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(2));
+        &["--policies", policies.to_str().unwrap()],
+    );
     assert!(
         err.contains("--policies: the policies are invalid"),
         "{err}"
@@ -182,14 +214,11 @@ fn startup_errors_name_the_flag_and_exit_2() {
 
     // A key that does not belong to the certificate.
     let other = bookend::certs::generate(&dir.path().join("d"), &["localhost".into()], 1).unwrap();
-    let (code, err) = run(&[
-        "serve",
-        "--tls-cert",
+    let err = refused(
         written.tls_cert.to_str().unwrap(),
-        "--tls-key",
         other.tls_key.to_str().unwrap(),
-    ]);
-    assert_eq!(code, Some(2));
+        &[],
+    );
     assert!(
         err.contains("--tls-cert") && err.contains("--tls-key"),
         "{err}"
@@ -233,57 +262,20 @@ async fn a_second_sigterm_during_the_drain_exits_at_once() {
     let dir = tempfile::tempdir().unwrap();
     let policies = dir.path().join("p.yaml");
     std::fs::write(&policies, POLICY).unwrap();
-    let mut child = bookend()
-        .current_dir(dir.path())
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--header-read-timeout", "2m", "--drain-timeout", "2m"])
-        .arg("--policies")
-        .arg(&policies)
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stderr = child.stderr.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let _ = tx.send(line);
-        }
-    });
-    let wait_for = |needle: &str| -> String {
-        loop {
-            let line = rx
-                .recv_timeout(Duration::from_secs(20))
-                .unwrap_or_else(|_| panic!("no log line with {needle:?}"));
-            if line.contains(needle) {
-                return line;
-            }
-        }
-    };
-    let serving = wait_for("webhook=https://");
-    let addr = serving
-        .split("webhook=https://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
-    let admin = serving
-        .split("admin=http://")
-        .nth(1)
-        .unwrap()
-        .split_whitespace()
-        .next()
-        .unwrap()
-        .to_owned();
+    let mut serve = Serve::start(
+        dir.path(),
+        &[
+            "--header-read-timeout",
+            "2m",
+            "--drain-timeout",
+            "2m",
+            "--policies",
+            policies.to_str().unwrap(),
+        ],
+    );
+    let serving = serve.wait_for("webhook=https://");
+    let addr = address(&serving, "webhook=https://");
+    let admin = address(&serving, "admin=http://");
     // A connection that never completes its handshake keeps the drain waiting.
     let _silent = std::net::TcpStream::connect(&addr).unwrap();
     eventually(
@@ -305,32 +297,14 @@ async fn a_second_sigterm_during_the_drain_exits_at_once() {
         },
     )
     .await;
-    let term = || {
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &child.id().to_string()])
-                .status()
-                .unwrap()
-                .success()
-        )
-    };
-    term();
-    let draining = wait_for("shutting down");
+    serve.sigterm();
+    let draining = serve.wait_for("shutting down");
     assert!(draining.contains("drain_timeout=120s"), "{draining}");
-    let line = wait_for("draining open connections");
+    let line = serve.wait_for("draining open connections");
     assert!(line.contains("connections=1"), "{line}");
-    let started = std::time::Instant::now();
-    term();
-    let deadline = started + Duration::from_secs(10);
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no exit after the second SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    serve.sigterm();
+    let status = serve
+        .exit_status(Duration::from_secs(10), "the second SIGTERM")
+        .await;
     assert_eq!(status.code(), Some(0));
 }

@@ -17,35 +17,25 @@ fn body(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).unwrap()
 }
 
-/// Reads an HTTP/1.1 response until the connection closes or `Content-Length` bytes of body
-/// arrived; returns status and body.
+/// Reads one HTTP/1.1 response; returns status and body, or panics with what arrived.
 async fn read_response(stream: &mut tokio_rustls::client::TlsStream<TcpStream>) -> (u16, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let status: u16 = head.split(' ').nth(1).unwrap().parse().unwrap();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return (status, buf[end + 4..end + 4 + length].to_vec());
-            }
+    match read_http1(stream).await {
+        Ok((status, _, body)) => (status, body),
+        Err(partial) => {
+            panic!("connection closed (or quiet 10 s) before a full response: {partial:?}")
         }
-        let n = stream.read(&mut chunk).await.unwrap_or(0);
-        assert!(
-            n > 0,
-            "connection closed before a full response: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Swaps in a certificate pair the server must refuse, and waits until it counts the refusal.
+async fn rotate_to_refused(server: &TestServer, what: &str, files: &[(&str, &str)]) {
+    const ERRORS: &str = r#"bookend_certificate_reloads_total{result="error"}"#;
+    let errors_before = server.metric(ERRORS).await;
+    server.secret.update(files);
+    eventually(what, Duration::from_secs(10), || async {
+        server.metric(ERRORS).await > errors_before
+    })
+    .await;
 }
 
 #[tokio::test]
@@ -53,13 +43,7 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
     let server = Arc::new(TestServer::start(Options::default()).await);
     let review = body(&sample_review());
 
-    let first = server
-        .h2()
-        .post(server.url("/mutate"))
-        .body(review.clone())
-        .send()
-        .await
-        .unwrap();
+    let first = send(&server.h2(), &server.url("/mutate"), review.clone()).await;
     let old_serial = peer_serial(&first);
 
     // Load: one long-lived HTTP/2 connection and a stream of fresh HTTP/1.1 connections.
@@ -178,65 +162,29 @@ async fn certificate_rotation_under_load_has_no_failed_request() {
     );
 
     // A broken pair (key of another certificate) is refused; the rotated pair stays in use.
-    let errors_before = server
-        .metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-        .await;
     let (_, other_key) = server.ca.leaf(&[HOST]);
-    server
-        .secret
-        .update(&[("tls.crt", &cert), ("tls.key", &other_key), ("ca.crt", &ca)]);
-    let s = server.clone();
-    eventually(
+    rotate_to_refused(
+        &server,
         "the broken pair to be refused",
-        Duration::from_secs(10),
-        move || {
-            let s = s.clone();
-            async move {
-                s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-                    .await
-                    > errors_before
-            }
-        },
+        &[("tls.crt", &cert), ("tls.key", &other_key), ("ca.crt", &ca)],
     )
     .await;
     let client = server.client().pool_max_idle_per_host(0).build().unwrap();
-    let response = client
-        .post(server.url("/mutate"))
-        .body(review.clone())
-        .send()
-        .await
-        .unwrap();
+    let response = send(&client, &server.url("/mutate"), review.clone()).await;
     assert_eq!(response.status(), 200);
     assert_eq!(peer_serial(&response), new_serial);
     // Garbage is refused too.
-    let errors_before = server
-        .metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-        .await;
-    server.secret.update(&[
-        ("tls.crt", "not a certificate"),
-        ("tls.key", &key),
-        ("ca.crt", &ca),
-    ]);
-    let s = server.clone();
-    eventually(
+    rotate_to_refused(
+        &server,
         "garbage to be refused",
-        Duration::from_secs(10),
-        move || {
-            let s = s.clone();
-            async move {
-                s.metric(r#"bookend_certificate_reloads_total{result="error"}"#)
-                    .await
-                    > errors_before
-            }
-        },
+        &[
+            ("tls.crt", "not a certificate"),
+            ("tls.key", &key),
+            ("ca.crt", &ca),
+        ],
     )
     .await;
-    let response = client
-        .post(server.url("/mutate"))
-        .body(review)
-        .send()
-        .await
-        .unwrap();
+    let response = send(&client, &server.url("/mutate"), review).await;
     assert_eq!(peer_serial(&response), new_serial);
 }
 
@@ -252,15 +200,14 @@ spec:
       command: ["echo", "second"]
 "#;
 
+/// The reload counters, which policy and Task reloads share.
+const RELOADS_OK: &str = r#"bookend_policy_reloads_total{result="success"}"#;
+const RELOADS_FAILED: &str = r#"bookend_policy_reloads_total{result="error"}"#;
+
 fn injected_steps(answer: &Value, object: &Value) -> Vec<String> {
-    apply_patch(answer, object)["spec"]["taskSpec"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["name"].as_str())
-        .filter(|n| n.starts_with("bookend-"))
-        .map(str::to_owned)
-        .collect()
+    let mut names = step_names(&apply_patch(answer, object));
+    names.retain(|n| n.starts_with("bookend-"));
+    names
 }
 
 #[tokio::test]
@@ -275,17 +222,9 @@ async fn policy_reload_keeps_last_good_set_on_a_broken_file() {
         "20-broken.yaml",
         &SECOND_POLICY.replace("image:", "imagee:"),
     );
-    eventually(
-        "the broken reload to be counted",
-        Duration::from_secs(10),
-        || async {
-            server
-                .metric(r#"bookend_policy_reloads_total{result="error"}"#)
-                .await
-                == 1.0
-        },
-    )
-    .await;
+    server
+        .wait_for_metric("the broken reload to be counted", RELOADS_FAILED, 1.0)
+        .await;
     let (status, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
     assert_eq!(status, 200);
     assert_eq!(
@@ -300,13 +239,9 @@ async fn policy_reload_keeps_last_good_set_on_a_broken_file() {
 
     // Fixed: the new set is swapped in.
     server.write_policy("20-broken.yaml", SECOND_POLICY);
-    eventually("the fixed reload", Duration::from_secs(10), || async {
-        server
-            .metric(r#"bookend_policy_reloads_total{result="success"}"#)
-            .await
-            == 1.0
-    })
-    .await;
+    server
+        .wait_for_metric("the fixed reload", RELOADS_OK, 1.0)
+        .await;
     assert_eq!(server.metric("bookend_policies_loaded").await, 2.0);
     let (_, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
     assert_eq!(
@@ -316,10 +251,9 @@ async fn policy_reload_keeps_last_good_set_on_a_broken_file() {
 
     // Removing a file is a change too.
     std::fs::remove_file(server.policy_dir.join("20-broken.yaml")).unwrap();
-    eventually("the removal reload", Duration::from_secs(10), || async {
-        server.metric("bookend_policies_loaded").await == 1.0
-    })
-    .await;
+    server
+        .wait_for_metric("the removal reload", "bookend_policies_loaded", 1.0)
+        .await;
 }
 
 #[tokio::test]
@@ -329,24 +263,18 @@ async fn shutdown_finishes_requests_in_flight() {
     let split = review.len() / 2;
 
     // Three requests whose bodies are half sent.
+    let head = json_request_head("POST", "/mutate?timeout=10s", review.len());
     let mut streams = Vec::new();
     for _ in 0..3 {
-        let mut stream = raw_tls(&server).await;
-        let head = format!(
-            "POST /mutate?timeout=10s HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
-            review.len()
-        );
-        stream.write_all(head.as_bytes()).await.unwrap();
-        stream.write_all(&review[..split]).await.unwrap();
-        stream.flush().await.unwrap();
-        streams.push(stream);
+        streams.push(raw_tls_with(&server, &[head.as_bytes(), &review[..split]].concat()).await);
     }
-    eventually(
-        "three requests in flight",
-        Duration::from_secs(10),
-        || async { server.metric("bookend_admission_in_flight").await == 3.0 },
-    )
-    .await;
+    server
+        .wait_for_metric(
+            "three requests in flight",
+            "bookend_admission_in_flight",
+            3.0,
+        )
+        .await;
 
     server.trigger_shutdown();
     // Not ready any more while draining (the admin port stays up until the drain ends).
@@ -386,18 +314,15 @@ async fn drain_is_bounded_when_a_request_never_finishes() {
         ..Options::default()
     })
     .await;
-    let mut stream = raw_tls(&server).await;
-    stream
-        .write_all(
-            format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 1000\r\n\r\n{{")
-                .as_bytes(),
-        )
-        .await
-        .unwrap();
-    eventually("the request in flight", Duration::from_secs(10), || async {
-        server.metric("bookend_admission_in_flight").await == 1.0
-    })
+    let _stream = raw_tls_with(
+        &server,
+        format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 1000\r\n\r\n{{")
+            .as_bytes(),
+    )
     .await;
+    server
+        .wait_for_metric("the request in flight", "bookend_admission_in_flight", 1.0)
+        .await;
     let started = Instant::now();
     server.trigger_shutdown();
     tokio::time::timeout(Duration::from_secs(10), server.handle.take().unwrap())
@@ -427,11 +352,11 @@ async fn slow_clients_are_cut_off_and_do_not_stall_others() {
     assert!(matches!(closed, Ok(Ok(0)) | Ok(Err(_))), "{closed:?}");
 
     // Headers that never finish: the connection is closed.
-    let mut stream = raw_tls(&server).await;
-    stream
-        .write_all(format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\n").as_bytes())
-        .await
-        .unwrap();
+    let mut stream = raw_tls_with(
+        &server,
+        format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\n").as_bytes(),
+    )
+    .await;
     let mut buf = [0u8; 1024];
     let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
         .await
@@ -442,16 +367,12 @@ async fn slow_clients_are_cut_off_and_do_not_stall_others() {
     }
 
     // A body that stalls: 408 with a JSON reason.
-    let mut stream = raw_tls(&server).await;
-    stream
-        .write_all(
-            format!(
-                "POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 100\r\n\r\n{{\"kind\""
-            )
+    let mut stream = raw_tls_with(
+        &server,
+        format!("POST /mutate HTTP/1.1\r\nhost: {HOST}\r\ncontent-length: 100\r\n\r\n{{\"kind\"")
             .as_bytes(),
-        )
-        .await
-        .unwrap();
+    )
+    .await;
     let (status, body) = tokio::time::timeout(Duration::from_secs(5), read_response(&mut stream))
         .await
         .expect("a 408 in time");
@@ -514,22 +435,15 @@ async fn tasks_are_reloaded_too() {
     let tmp_file = tmp.path().join("task.tmp");
     std::fs::write(&tmp_file, TASK).unwrap();
     std::fs::rename(&tmp_file, tasks.join("unit-tests.yaml")).unwrap();
-    eventually("the tasks reload", Duration::from_secs(10), || async {
-        server
-            .metric(r#"bookend_policy_reloads_total{result="success"}"#)
-            .await
-            == 1.0
-    })
-    .await;
+    server
+        .wait_for_metric("the tasks reload", RELOADS_OK, 1.0)
+        .await;
     let (status, answer) = post(&client, &server.url("/mutate"), body(&review)).await;
     assert_eq!(status, 200);
     assert_eq!(answer["response"]["allowed"], true, "{answer}");
     let patched = apply_patch(&answer, &review["request"]["object"]);
-    let names: Vec<&str> = patched["spec"]["taskSpec"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|s| s["name"].as_str())
-        .collect();
-    assert_eq!(names, ["bookend-hello", "test", "bookend-bye"]);
+    assert_eq!(
+        step_names(&patched),
+        ["bookend-hello", "test", "bookend-bye"]
+    );
 }

@@ -37,6 +37,28 @@ fn review_body(operation: &str, object: Value, dry_run: bool) -> Vec<u8> {
     .unwrap()
 }
 
+/// A TaskRun CREATE, not a dry run.
+fn create(object: Value) -> Vec<u8> {
+    review_body("CREATE", object, false)
+}
+
+/// The CREATE of [`taskrun`] with `edit` applied to the whole review.
+fn create_with(edit: impl FnOnce(&mut Value)) -> Vec<u8> {
+    let mut body: Value = serde_json::from_slice(&create(taskrun())).unwrap();
+    edit(&mut body);
+    serde_json::to_vec(&body).unwrap()
+}
+
+/// The mutating webhook's answer to `body`, with the policies of [`set`].
+fn mutate(body: &[u8]) -> Reply {
+    review(Endpoint::Mutate, body, &set(), &Catalog::default())
+}
+
+/// The validating webhook's answer to `body`, with the policies of [`set`].
+fn validate(body: &[u8]) -> Reply {
+    review(Endpoint::Validate, body, &set(), &Catalog::default())
+}
+
 fn taskrun() -> Value {
     json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
            "metadata": {"generateName": "x-", "namespace": "team-a"},
@@ -46,6 +68,16 @@ fn taskrun() -> Value {
 fn response(reply: &Reply) -> Value {
     let v: Value = serde_json::from_slice(&reply.body).unwrap();
     v["response"].clone()
+}
+
+/// The message of a refusal (`response.status.message`).
+fn denial_message(reply: &Reply) -> String {
+    let r = response(reply);
+    assert_eq!(r["allowed"], false, "{r}");
+    r["status"]["message"]
+        .as_str()
+        .expect("a refusal has a message")
+        .to_owned()
 }
 
 fn decoded_patch(response: &Value) -> Value {
@@ -58,12 +90,7 @@ fn decoded_patch(response: &Value) -> Value {
 
 #[test]
 fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
-    let reply = review(
-        Endpoint::Mutate,
-        &review_body("CREATE", taskrun(), false),
-        &set(),
-        &Catalog::default(),
-    );
+    let reply = mutate(&create(taskrun()));
     assert_eq!(reply.status, 200);
     let whole: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(whole["apiVersion"], "admission.k8s.io/v1");
@@ -90,12 +117,7 @@ fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
 
 #[test]
 fn dry_run_carries_warnings() {
-    let reply = review(
-        Endpoint::Mutate,
-        &review_body("CREATE", taskrun(), true),
-        &set(),
-        &Catalog::default(),
-    );
+    let reply = mutate(&review_body("CREATE", taskrun(), true));
     let r = response(&reply);
     assert!(r["warnings"][0].as_str().unwrap().contains("bookend-creds"));
     assert!(reply.summary.dry_run);
@@ -104,24 +126,13 @@ fn dry_run_carries_warnings() {
 #[test]
 fn updates_deletes_and_status_are_allowed_untouched() {
     for op in ["UPDATE", "DELETE", "CONNECT"] {
-        let reply = review(
-            Endpoint::Mutate,
-            &review_body(op, taskrun(), false),
-            &set(),
-            &Catalog::default(),
-        );
-        let r = response(&reply);
+        let r = response(&mutate(&review_body(op, taskrun(), false)));
         assert_eq!(r["allowed"], true, "{op}");
         assert!(r.get("patch").is_none(), "{op}");
     }
-    let mut body: Value = serde_json::from_slice(&review_body("CREATE", taskrun(), false)).unwrap();
-    body["request"]["subResource"] = json!("status");
-    let reply = review(
-        Endpoint::Mutate,
-        &serde_json::to_vec(&body).unwrap(),
-        &set(),
-        &Catalog::default(),
-    );
+    let reply = mutate(&create_with(|body| {
+        body["request"]["subResource"] = json!("status");
+    }));
     assert!(response(&reply).get("patch").is_none());
 }
 
@@ -129,12 +140,7 @@ fn updates_deletes_and_status_are_allowed_untouched() {
 fn denials_are_200_with_allowed_false_and_code_400() {
     let mut object = taskrun();
     object["spec"]["taskSpec"]["steps"][0]["name"] = json!("bookend-sneaky");
-    let reply = review(
-        Endpoint::Mutate,
-        &review_body("CREATE", object, false),
-        &set(),
-        &Catalog::default(),
-    );
+    let reply = mutate(&create(object));
     assert_eq!(reply.status, 200);
     let r = response(&reply);
     assert_eq!(r["allowed"], false);
@@ -162,7 +168,7 @@ fn malformed_requests_are_400_with_a_reason() {
         (br#"[1,2]"#.to_vec(), "not a JSON AdmissionReview"),
     ];
     for (body, reason) in cases {
-        let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+        let reply = mutate(&body);
         assert_eq!(reply.status, 400, "{}", String::from_utf8_lossy(&body));
         let v: Value = serde_json::from_slice(&reply.body).unwrap();
         assert!(
@@ -175,73 +181,40 @@ fn malformed_requests_are_400_with_a_reason() {
 
 #[test]
 fn v1beta1_reviews_are_answered_in_kind() {
-    let mut body: Value = serde_json::from_slice(&review_body("CREATE", taskrun(), false)).unwrap();
-    body["apiVersion"] = json!("admission.k8s.io/v1beta1");
-    let reply = review(
-        Endpoint::Mutate,
-        &serde_json::to_vec(&body).unwrap(),
-        &set(),
-        &Catalog::default(),
-    );
+    let reply = mutate(&create_with(|body| {
+        body["apiVersion"] = json!("admission.k8s.io/v1beta1");
+    }));
     let v: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(v["apiVersion"], "admission.k8s.io/v1beta1");
 }
 
 #[test]
 fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
-    let set = set();
-    let reply = review(
-        Endpoint::Validate,
-        &review_body("CREATE", taskrun(), false),
-        &set,
-        &Catalog::default(),
-    );
-    let r = response(&reply);
-    assert_eq!(r["allowed"], false);
-    let m = r["status"]["message"].as_str().unwrap();
+    let reply = validate(&create(taskrun()));
+    let m = denial_message(&reply);
     assert!(m.contains("ClusterStepPolicy/creds"), "{m}");
     assert!(
         m.contains("missing /spec/taskSpec/steps/0 (bookend-creds)"),
         "{m}"
     );
     assert!(
-        r.get("patch").is_none(),
+        response(&reply).get("patch").is_none(),
         "a validating answer never patches"
     );
 
     // The same TaskRun after the mutating webhook passes.
-    let mutated = review(
-        Endpoint::Mutate,
-        &review_body("CREATE", taskrun(), false),
-        &set,
-        &Catalog::default(),
-    );
+    let mutated = mutate(&create(taskrun()));
     let patch: json_patch::Patch =
         serde_json::from_value(decoded_patch(&response(&mutated))).unwrap();
     let mut object = taskrun();
     json_patch::patch(&mut object, &patch).unwrap();
-    let reply = review(
-        Endpoint::Validate,
-        &review_body("CREATE", object.clone(), false),
-        &set,
-        &Catalog::default(),
-    );
+    let reply = validate(&create(object.clone()));
     assert_eq!(response(&reply)["allowed"], true);
 
     // An injected step changed after injection is refused.
     object["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
-    let reply = review(
-        Endpoint::Validate,
-        &review_body("CREATE", object, false),
-        &set,
-        &Catalog::default(),
-    );
-    assert!(
-        response(&reply)["status"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("differs from its definition")
-    );
+    let m = denial_message(&validate(&create(object)));
+    assert!(m.contains("differs from its definition"), "{m}");
 }
 
 fn policy_review(object: Value) -> Vec<u8> {
@@ -259,14 +232,7 @@ fn policy_objects_are_validated_with_field_paths() {
     let bad = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
         "metadata": {"name": "bad"},
         "spec": {"preSteps": [{"name": "creds", "image": "alpine"}]}});
-    let r = response(&review(
-        Endpoint::Validate,
-        &policy_review(bad),
-        &set(),
-        &Catalog::default(),
-    ));
-    assert_eq!(r["allowed"], false);
-    let m = r["status"]["message"].as_str().unwrap();
+    let m = denial_message(&validate(&policy_review(bad)));
     assert!(
         m.contains(
             "spec.preSteps[0].name: step name \"creds\" must start with the reserved prefix"
@@ -277,42 +243,18 @@ fn policy_objects_are_validated_with_field_paths() {
     let clash = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
         "metadata": {"name": "other"},
         "spec": {"preSteps": [{"name": "bookend-creds", "image": "alpine"}]}});
-    let m = response(&review(
-        Endpoint::Validate,
-        &policy_review(clash),
-        &set(),
-        &Catalog::default(),
-    ))["status"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let m = denial_message(&validate(&policy_review(clash)));
     assert!(m.contains("already used by ClusterStepPolicy/creds"), "{m}");
 
     // Updating the policy that owns the name is fine.
     let same = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
         "metadata": {"name": "creds"},
         "spec": {"preSteps": [{"name": "bookend-creds", "image": "alpine:3"}]}});
-    assert_eq!(
-        response(&review(
-            Endpoint::Validate,
-            &policy_review(same),
-            &set(),
-            &Catalog::default()
-        ))["allowed"],
-        true
-    );
+    assert_eq!(response(&validate(&policy_review(same)))["allowed"], true);
 
     let typo = json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
         "metadata": {"name": "t"}, "spec": {"postStepRun": "Always"}});
-    let m = response(&review(
-        Endpoint::Validate,
-        &policy_review(typo),
-        &set(),
-        &Catalog::default(),
-    ))["status"]["message"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let m = denial_message(&validate(&policy_review(typo)));
     assert!(
         m.contains("spec.postStepRun") || m.contains("unknown field"),
         "{m}"
@@ -328,7 +270,7 @@ fn other_resources_are_allowed() {
                     "object": {"apiVersion": "v1", "kind": "ConfigMap"}}
     }))
     .unwrap();
-    let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+    let reply = mutate(&body);
     assert_eq!(reply.status, 200);
     assert_eq!(response(&reply)["allowed"], true);
 }
@@ -337,7 +279,7 @@ fn other_resources_are_allowed() {
 fn the_real_apiserver_sample_is_mutated() {
     let body = std::fs::read("../shared/samples/admission-review-taskrun-pipeline.json")
         .expect("the shared sample (../shared/samples) is next to the repository");
-    let reply = review(Endpoint::Mutate, &body, &set(), &Catalog::default());
+    let reply = mutate(&body);
     assert_eq!(
         reply.status,
         200,
@@ -361,20 +303,10 @@ fn the_controllers_dry_run_task_create_is_injected() {
         .unwrap()
     };
     let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
-    let r = response(&review(
-        Endpoint::Mutate,
-        &body(controller, true),
-        &set(),
-        &Catalog::default(),
-    ));
+    let r = response(&mutate(&body(controller, true)));
     assert_eq!(decoded_patch(&r)[1]["path"], "/spec/steps/0");
     for (user, dry_run) in [("alice", true), (controller, false)] {
-        let r = response(&review(
-            Endpoint::Mutate,
-            &body(user, dry_run),
-            &set(),
-            &Catalog::default(),
-        ));
+        let r = response(&mutate(&body(user, dry_run)));
         assert!(r.get("patch").is_none(), "{user} {dry_run}");
     }
 }

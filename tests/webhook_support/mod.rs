@@ -295,6 +295,15 @@ impl TestServer {
         metric_value(&self.metrics().await, series)
     }
 
+    /// Waits (10 s at most) until the sample `series` of /metrics reads `value`; `what` says
+    /// what that means, for the failure message.
+    pub async fn wait_for_metric(&self, what: &str, series: &str, value: f64) {
+        eventually(what, Duration::from_secs(10), || async {
+            self.metric(series).await == value
+        })
+        .await;
+    }
+
     pub fn write_policy(&self, name: &str, text: &str) {
         // Write then rename so the poller never reads half a file.
         let tmp = self.tmp.path().join(format!("{name}.tmp"));
@@ -328,15 +337,20 @@ where
     }
 }
 
-/// POSTs a JSON body; returns status and parsed JSON body.
-pub async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> (u16, Value) {
-    let response = client
+/// POSTs a JSON body; returns the response as it came (for its TLS details).
+pub async fn send(client: &reqwest::Client, url: &str, body: Vec<u8>) -> reqwest::Response {
+    client
         .post(url)
         .header("content-type", "application/json")
         .body(body)
         .send()
         .await
-        .expect("request succeeds");
+        .expect("request succeeds")
+}
+
+/// POSTs a JSON body; returns status and parsed JSON body.
+pub async fn post(client: &reqwest::Client, url: &str, body: Vec<u8>) -> (u16, Value) {
+    let response = send(client, url, body).await;
     let status = response.status().as_u16();
     let bytes = response.bytes().await.unwrap();
     let value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
@@ -351,6 +365,19 @@ pub fn peer_serial(response: &reqwest::Response) -> String {
         .expect("tls info");
     let der = info.peer_certificate().expect("peer certificate");
     bookend::server::tls::cert_info(der).unwrap().serial
+}
+
+/// The names of a TaskRun's inline steps, `""` for an unnamed one; none when there is no list.
+pub fn step_names(taskrun: &Value) -> Vec<String> {
+    taskrun["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["name"].as_str().unwrap_or_default().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Decodes the base64 JSON patch of an AdmissionReview response and applies it to `object`.
@@ -388,4 +415,62 @@ pub async fn raw_tls(
         .connect(rustls_pki_types::ServerName::try_from(HOST).unwrap(), tcp)
         .await
         .unwrap()
+}
+
+/// A raw TLS connection (as [`raw_tls`]) on which `bytes`, a request or the start of one, were
+/// written.
+pub async fn raw_tls_with(
+    server: &TestServer,
+    bytes: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let mut stream = raw_tls(server).await;
+    stream.write_all(bytes).await.unwrap();
+    stream.flush().await.unwrap();
+    stream
+}
+
+/// The head of an HTTP/1.1 JSON request with a body of `length` bytes, to write by hand.
+pub fn json_request_head(method: &str, path: &str, length: usize) -> String {
+    format!(
+        "{method} {path} HTTP/1.1\r\nhost: {HOST}\r\ncontent-type: application/json\r\ncontent-length: {length}\r\n\r\n"
+    )
+}
+
+/// One HTTP/1.1 response read from a raw connection: status, head and body.
+pub type RawResponse = (u16, String, Vec<u8>);
+
+/// Reads one HTTP/1.1 response (head and `Content-Length` body), waiting at most 10 s for each
+/// read. `Err` holds what arrived when the connection closed, went quiet or sent no status.
+pub async fn read_http1(
+    stream: &mut tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
+) -> Result<RawResponse, String> {
+    use tokio::io::AsyncReadExt;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let status = head.split(' ').nth(1).and_then(|s| s.parse::<u16>().ok());
+            let Some(status) = status else {
+                return Err(head);
+            };
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                return Ok((status, head, buf[end + 4..end + 4 + length].to_vec()));
+            }
+        }
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read(&mut chunk)).await;
+        match read {
+            Ok(Ok(n)) if n > 0 => buf.extend_from_slice(&chunk[..n]),
+            _ => return Err(String::from_utf8_lossy(&buf).into_owned()),
+        }
+    }
 }
