@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Scaling curves for docs/benchmarks.md (issue 6): decision latency as policies grow
-# (1 -> 10,000) and as TaskRuns grow (3 -> 500 steps), and memory with N policies and
-# M cached Tasks. Writes CSVs and SVG plots into docs/bench/.
+# (1 -> 10,000), as TaskRuns grow (3 -> 500 steps) and with 0 or 10,000 cached Tasks, and
+# memory with N policies and M cached Tasks. Writes CSVs and SVG plots into docs/bench/.
 #
 #   scripts/bench-scaling.sh            # everything (about 2 minutes of benchmarking)
 #   SKIP_LATENCY=1 scripts/bench-scaling.sh   # memory only
@@ -28,7 +28,7 @@ if [ -z "${SKIP_LATENCY:-}" ]; then
   since=$(date +%s)
   sleep 1
   cargo bench --bench engine -- --warm-up-time "${WARMUP:-1}" --measurement-time "${MEASURE:-3}" \
-    '^scale_(policies|steps)/'
+    '^scale_(policies|steps|tasks)/'
   scripts/bench-collect.sh "$target/criterion" "$since" > "$out/scaling-latency.csv"
   echo "wrote $out/scaling-latency.csv"
 fi

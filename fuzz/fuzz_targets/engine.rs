@@ -1,5 +1,6 @@
-//! Structured TaskRuns → `engine::decide`: the patch applied with `json-patch` equals
-//! `decision.object`, and a second pass changes nothing.
+//! Structured TaskRuns → `engine::decide`: the webhook's `decide_patch` gives the same patch,
+//! the patch applied with `json-patch` equals `decision.object`, and a second pass changes
+//! nothing.
 #![no_main]
 
 use bookend_fuzz::{TaskRunInput, check_decision, policies};

@@ -122,6 +122,24 @@ pub fn check_decision(object: &Value, namespace: &str, dry_run: bool, set: &Poli
         set,
         lookup,
     );
+    // The webhook answers from decide_patch, which builds its patch without the whole object.
+    let webhook = engine::decide_patch(
+        Request {
+            object,
+            namespace,
+            dry_run,
+        },
+        set,
+        lookup,
+    );
+    assert_eq!(
+        webhook.outcome, decision.outcome,
+        "webhook and render disagree"
+    );
+    assert_eq!(
+        webhook.patch, decision.patch,
+        "the webhook's patch differs from render's"
+    );
     match decision.outcome {
         Outcome::Mutated => {
             assert!(!decision.patch.is_empty(), "mutated without a patch");
