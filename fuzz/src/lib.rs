@@ -113,25 +113,14 @@ pub fn catalog() -> &'static Catalog {
 /// - allowed and denied decisions carry no patch and leave the object as it was.
 pub fn check_decision(object: &Value, namespace: &str, dry_run: bool, set: &PolicySet) -> Decision {
     let lookup = catalog();
-    let decision = engine::decide(
-        Request {
-            object,
-            namespace,
-            dry_run,
-        },
-        set,
-        lookup,
-    );
+    let request = Request {
+        object,
+        namespace,
+        dry_run,
+    };
+    let decision = engine::decide(request, set, lookup);
     // The webhook answers from decide_patch, which builds its patch without the whole object.
-    let webhook = engine::decide_patch(
-        Request {
-            object,
-            namespace,
-            dry_run,
-        },
-        set,
-        lookup,
-    );
+    let webhook = engine::decide_patch(request, set, lookup);
     assert_eq!(
         webhook.outcome, decision.outcome,
         "webhook and render disagree"
