@@ -4,8 +4,9 @@
 //!
 //! `cargo bench --bench profile -- <case> <steps> <policies> <iterations> [cached tasks]`, case
 //! one of `review` (admission::review), `taskref` (the same TaskRun referencing its Task, which
-//! is inlined from the catalog; `steps` does not apply), `decide` (engine::decide), `diff` (patch::diff), `parse`
-//! (the review body into a serde_json::Value), `setup` (inputs only: subtract it).
+//! is inlined from the catalog; `steps` does not apply), `decide` (engine::decide), `diff`
+//! (patch::diff), `parse` (the review body into a serde_json::Value), `setup` (inputs only:
+//! subtract it).
 //!
 //! scripts/bench-profile.sh runs it under callgrind and prints instructions per iteration.
 

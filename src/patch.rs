@@ -69,11 +69,14 @@ pub fn same(a: &Value, b: &Value) -> bool {
             }
             true
         }
-        (Value::Array(x), Value::Array(y)) => {
-            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| same(p, q))
-        }
+        (Value::Array(x), Value::Array(y)) => same_items(x, y),
         _ => a == b,
     }
+}
+
+/// [`same`] for two arrays' elements, pairwise.
+fn same_items(a: &[Value], b: &[Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| same(p, q))
 }
 
 /// Appends to `ops` the operations that turn `old` into `new`, both at `path` (a JSON Pointer,
@@ -122,8 +125,7 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
             }
         }
         (Value::Array(a), Value::Array(b)) => {
-            let equal = a.len() == b.len() && a.iter().zip(&b).all(|(p, q)| same(p, q));
-            if !equal {
+            if !same_items(a, &b) {
                 diff_array(path, a, b, ops);
             }
         }

@@ -765,8 +765,8 @@ fn inject_into(
     );
     let mut final_steps = composed.steps;
     // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
-    // have re-serialised them), so a second pass yields no patch.
-    // By name, the first of each (a map: long TaskRuns have hundreds of steps and gates).
+    // have re-serialised them), so a second pass yields no patch. Looked up by name through a
+    // map (the first step of each name): long TaskRuns have hundreds of steps and gates.
     let existing_by_name: HashMap<&str, &Value> = steps
         .iter()
         .rev()
