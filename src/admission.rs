@@ -486,7 +486,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
             Answer {
                 outcome: outcome.as_str(),
                 message: None,
-                patch: Some(serde_json::to_vec(&patch).expect("patch serialises")),
+                patch: Some(crate::compact_json::patch_to_vec(&patch)),
                 warnings,
                 audit_annotations,
             }

@@ -13,10 +13,10 @@
 //! ```
 //!
 //! Layout: [`tekton`] is the TaskRun model, [`policy`] the `bookend.dev/v1alpha1` API, loading,
-//! validation and matching, [`engine`] the decision, [`patch`] the JSON patch, [`admission`] the
-//! AdmissionReview envelope, [`cli`] the command line, [`server`] the HTTPS webhook and admin
-//! port (with [`metrics`] and [`telemetry`]), [`cluster`] the Kubernetes-mode caches, [`certs`]
-//! the development certificates.
+//! validation and matching, [`engine`] the decision, [`patch`] the JSON patch (written out by
+//! [`compact_json`]), [`admission`] the AdmissionReview envelope, [`cli`] the command line,
+//! [`server`] the HTTPS webhook and admin port (with [`metrics`] and [`telemetry`]), [`cluster`]
+//! the Kubernetes-mode caches, [`certs`] the development certificates.
 
 #![forbid(unsafe_code)]
 
@@ -24,6 +24,7 @@ pub mod admission;
 pub mod certs;
 pub mod cli;
 pub mod cluster;
+pub mod compact_json;
 pub mod engine;
 pub mod metrics;
 pub mod patch;
