@@ -104,24 +104,7 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
                 } else {
                     a.get(&key)
                 };
-                match old_value {
-                    Some(old_value) => {
-                        let both_objects = old_value.is_object() && new_value.is_object();
-                        if both_objects || !same(old_value, &new_value) {
-                            push_token(path, &key);
-                            diff_into(path, old_value, new_value, ops);
-                            path.truncate(len);
-                        }
-                    }
-                    None => {
-                        push_token(path, &key);
-                        ops.push(Operation::Add {
-                            path: path.clone(),
-                            value: new_value,
-                        });
-                        path.truncate(len);
-                    }
-                }
+                member_ops(path, &key, old_value, new_value, ops);
             }
         }
         (Value::Array(a), Value::Array(b)) => {
@@ -136,6 +119,46 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
                     value: new,
                 });
             }
+        }
+    }
+}
+
+/// Appends the operations that set member `key` of the object at `path` (whose members are
+/// `old`) to `new`, as [`diff_into`] does for each member of two objects; members not passed
+/// are left as they are.
+pub fn diff_member(
+    path: &mut String,
+    old: &serde_json::Map<String, Value>,
+    key: &str,
+    new: Value,
+    ops: &mut Vec<Operation>,
+) {
+    member_ops(path, key, old.get(key), new, ops);
+}
+
+fn member_ops(
+    path: &mut String,
+    key: &str,
+    old: Option<&Value>,
+    new: Value,
+    ops: &mut Vec<Operation>,
+) {
+    let len = path.len();
+    match old {
+        Some(old) => {
+            if (old.is_object() && new.is_object()) || !same(old, &new) {
+                push_token(path, key);
+                diff_into(path, old, new, ops);
+                path.truncate(len);
+            }
+        }
+        None => {
+            push_token(path, key);
+            ops.push(Operation::Add {
+                path: path.clone(),
+                value: new,
+            });
+            path.truncate(len);
         }
     }
 }

@@ -13,19 +13,16 @@ use crate::policy::Policy;
 use crate::policy::validate::clean_path;
 use crate::tekton;
 
-/// Checks the composed task spec. `kinds[i]` says what `steps[i]` is.
+/// Checks the composed `steps` of `task_spec` (whose own `steps` they replace; its other
+/// members are read as they are). `kinds[i]` says what `steps[i]` is.
 pub fn check(
     task_spec: &Value,
+    steps: &[Value],
     kinds: &[StepKind],
     applied: &[&Policy],
     run_params: &[Value],
     context: &super::Context<'_>,
 ) -> Result<(), Denial> {
-    let steps = task_spec
-        .get("steps")
-        .and_then(Value::as_array)
-        .map(Vec::as_slice)
-        .unwrap_or(&[]);
     let owner = |i: usize| match kinds.get(i) {
         Some(StepKind::Pre(p) | StepKind::Post(p)) => Some(applied[*p]),
         _ => None,

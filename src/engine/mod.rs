@@ -510,7 +510,7 @@ pub fn decide_resolved_task(
         Ok(Some(injection)) => injection,
     };
     let mut new_task = task.clone();
-    new_task["spec"] = injection.task_spec;
+    Injection::set_members(injection.task_spec_members, &mut new_task["spec"]);
     if let Some(record) = injection.record {
         map_entry(metadata_mut(&mut new_task), "annotations")
             .insert(record::ANNOTATION.to_owned(), Value::String(record));
@@ -783,21 +783,22 @@ fn inject_into(
         }
     }
 
-    // A copy of the taskSpec only, without its steps (they are replaced): the rest of the
-    // TaskRun is not copied, and the patch is computed for the taskSpec and the record alone.
-    let mut new_spec: Map<String, Value> = task_spec
-        .as_object()
-        .expect("taskSpec is an object")
-        .iter()
-        .map(|(k, v)| {
-            let v = if k == "steps" { Value::Null } else { v.clone() };
-            (k.clone(), v)
-        })
-        .collect();
-    new_spec.insert("steps".to_owned(), Value::Array(final_steps));
-    merge_volumes(&mut new_spec, applied, set, record.as_ref())?;
-    let new_spec = Value::Object(new_spec);
-    check::check(&new_spec, &composed.kinds, applied, run_params, context)?;
+    let volumes = merge_volumes(task_spec.get("volumes"), applied, set, record.as_ref())?;
+    check::check(
+        task_spec,
+        &final_steps,
+        &composed.kinds,
+        applied,
+        run_params,
+        context,
+    )?;
+    // Only the taskSpec members bookend sets: the rest of the TaskRun (params, workspaces,
+    // results, ...) is neither copied nor compared.
+    let mut task_spec_members = Map::new();
+    task_spec_members.insert("steps".to_owned(), Value::Array(final_steps));
+    if let Some(volumes) = volumes {
+        task_spec_members.insert("volumes".to_owned(), volumes);
+    }
     let record = Record {
         policies: applied
             .iter()
@@ -812,7 +813,7 @@ fn inject_into(
         continued: composed.continued,
     };
     Ok(Some(Injection {
-        task_spec: new_spec,
+        task_spec_members,
         record: (!record.is_empty()).then(|| record.to_json()),
     }))
 }
@@ -846,17 +847,25 @@ impl Admitted {
     }
 }
 
-/// The new `spec.taskSpec` of an inline-spec TaskRun and its `bookend.dev/injected` record
-/// (`None`: the annotation is removed).
+/// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
+/// `volumes` when policies bring or once brought volumes; every other member stays as it is)
+/// and its `bookend.dev/injected` record (`None`: the annotation is removed).
 #[derive(Clone)]
 struct Injection {
-    task_spec: Value,
+    task_spec_members: Map<String, Value>,
     record: Option<String>,
 }
 
 impl Injection {
+    /// Sets the members in `task_spec` (an object: [`inject_into`] only injects into those).
+    fn set_members(members: Map<String, Value>, task_spec: &mut Value) {
+        if let Some(spec) = task_spec.as_object_mut() {
+            spec.extend(members);
+        }
+    }
+
     fn apply(self, mut object: Value) -> Value {
-        object["spec"]["taskSpec"] = self.task_spec;
+        Self::set_members(self.task_spec_members, &mut object["spec"]["taskSpec"]);
         let meta = metadata_mut(&mut object);
         match self.record {
             Some(record) => {
@@ -878,12 +887,13 @@ impl Injection {
         let mut ops = Vec::new();
         record_ops(original, self.record, &mut ops);
         let mut path = String::from("/spec/taskSpec");
-        patch::diff_into(
-            &mut path,
-            &original["spec"]["taskSpec"],
-            self.task_spec,
-            &mut ops,
-        );
+        let old_spec = original["spec"]["taskSpec"]
+            .as_object()
+            .expect("injected into an object taskSpec");
+        // Members in key order, as a diff of the whole taskSpec visits them.
+        for (key, value) in self.task_spec_members {
+            patch::diff_member(&mut path, old_spec, &key, value, &mut ops);
+        }
         ops
     }
 }
@@ -940,20 +950,19 @@ fn record_ops(object: &Value, record: Option<String>, ops: &mut Vec<Operation>) 
     }
 }
 
-/// Removes volumes bookend added before and adds the applied policies' volumes; a user volume
-/// with a policy volume's name is a denial.
+/// The taskSpec's `volumes` (`current`) without those bookend added before and with the applied
+/// policies' volumes; `None` when there were none and none are needed. A user volume with a
+/// policy volume's name is a denial.
 fn merge_volumes(
-    spec: &mut Map<String, Value>,
+    current: Option<&Value>,
     applied: &[&Policy],
     set: &PolicySet,
     record: Option<&Record>,
-) -> Result<(), Denial> {
-    let had_key = spec.contains_key("volumes");
-    let existing: Vec<Value> = spec
-        .get("volumes")
+) -> Result<Option<Value>, Denial> {
+    let existing: &[Value] = current
         .and_then(Value::as_array)
-        .cloned()
-        .unwrap_or_default();
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
     let is_ours = |v: &Value| {
         let Some(name) = v.get("name").and_then(Value::as_str) else {
             return false;
@@ -986,11 +995,10 @@ fn merge_volumes(
             volumes.push(keep.cloned().unwrap_or_else(|| volume.clone()));
         }
     }
-    if volumes.is_empty() && !had_key {
-        return Ok(());
+    if volumes.is_empty() && current.is_none() {
+        return Ok(None);
     }
-    spec.insert("volumes".to_owned(), Value::Array(volumes));
-    Ok(())
+    Ok(Some(Value::Array(volumes)))
 }
 
 #[cfg(test)]
