@@ -8,6 +8,9 @@
 //! echoes `apiVersion`, `kind` and `request.uid`, and answers `allowed: true`. No policy
 //! matching, no injection, no patch, no per-request logging or metrics.
 //!
+//! `--patch-bytes N` adds a fixed JSON patch of about N bytes (built once at startup) to every
+//! answer: the cost of sending a mutating webhook's larger answer, without computing it.
+//!
 //! ```sh
 //! cargo run --release --example null_webhook -- \
 //!     --tls-cert certs/tls.crt --tls-key certs/tls.key --listen 127.0.0.1:9443
@@ -32,6 +35,7 @@ use bookend::server::http::MAX_BODY_BYTES;
 use bookend::server::tls::{TlsFiles, TlsStore};
 use clap::Parser;
 use http_body_util::{BodyExt, Limited};
+use serde_json::value::RawValue;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -55,6 +59,9 @@ struct Args {
     /// Admin (HTTP: /readyz) listen address.
     #[arg(long, default_value = "127.0.0.1:9080")]
     admin_listen: SocketAddr,
+    /// Answer with a fixed JSON patch of about this many bytes (0: no patch).
+    #[arg(long, default_value_t = 0)]
+    patch_bytes: usize,
 }
 
 fn main() -> std::process::ExitCode {
@@ -94,9 +101,11 @@ fn main() -> std::process::ExitCode {
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(20),
         };
+        let patch = fixed_patch(args.patch_bytes);
+        let answer = move |request: Request| allow(request, patch.clone());
         let router = Router::new()
-            .route("/mutate", post(allow))
-            .route("/validate", post(allow));
+            .route("/mutate", post(answer.clone()))
+            .route("/validate", post(answer));
         let server = tokio::spawn(serve_tls(
             webhook,
             tls,
@@ -123,8 +132,27 @@ fn main() -> std::process::ExitCode {
     })
 }
 
-/// Parses the review and allows it, echoing the uid.
-async fn allow(request: Request) -> Response {
+/// A base64 JSON patch adding one annotation, `bytes` long before encoding (`None` for 0), as
+/// a JSON string written as it is (as bookend writes its patches).
+fn fixed_patch(bytes: usize) -> Option<Arc<RawValue>> {
+    use base64::Engine as _;
+    if bytes == 0 {
+        return None;
+    }
+    let fill = bytes.saturating_sub(80);
+    let patch = json!([{
+        "op": "add",
+        "path": "/metadata/annotations/bench.bookend.dev~1padding",
+        "value": "x".repeat(fill),
+    }]);
+    let text = serde_json::to_vec(&patch).expect("patch serialises");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(text);
+    let raw = RawValue::from_string(format!("\"{encoded}\"")).expect("a JSON string");
+    Some(Arc::from(raw))
+}
+
+/// Parses the review and allows it, echoing the uid (and the fixed patch, if any).
+async fn allow(request: Request, patch: Option<Arc<RawValue>>) -> Response {
     let body: Bytes = match Limited::new(request.into_body(), MAX_BODY_BYTES)
         .collect()
         .await
@@ -142,12 +170,49 @@ async fn allow(request: Request) -> Response {
             &json!({ "error": "no request.uid" }),
         );
     };
-    let answer = json!({
-        "apiVersion": review.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": review.get("kind").cloned().unwrap_or(Value::Null),
-        "response": { "uid": uid, "allowed": true },
-    });
-    reply(StatusCode::OK, &answer)
+    let api_version = review.get("apiVersion").unwrap_or(&Value::Null);
+    let kind = review.get("kind").unwrap_or(&Value::Null);
+    let Some(patch) = patch else {
+        let answer = json!({
+            "apiVersion": api_version,
+            "kind": kind,
+            "response": { "uid": uid, "allowed": true },
+        });
+        return reply(StatusCode::OK, &answer);
+    };
+    // Typed, so the patch (a RawValue) is copied as it is rather than escaped.
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Patched<'a> {
+        api_version: &'a Value,
+        kind: &'a Value,
+        response: PatchedResponse<'a>,
+    }
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct PatchedResponse<'a> {
+        uid: &'a str,
+        allowed: bool,
+        patch_type: &'static str,
+        patch: &'a RawValue,
+    }
+    let answer = Patched {
+        api_version,
+        kind,
+        response: PatchedResponse {
+            uid,
+            allowed: true,
+            patch_type: "JSONPatch",
+            patch: &patch,
+        },
+    };
+    let body = serde_json::to_vec(&answer).unwrap_or_default();
+    (
+        StatusCode::OK,
+        [(header::CONTENT_TYPE, "application/json")],
+        Body::from(body),
+    )
+        .into_response()
 }
 
 fn reply(status: StatusCode, body: &Value) -> Response {

@@ -17,7 +17,10 @@
 #   PROTOCOLS  h1 and/or h2 [h1 h2]
 #   BODIES     pipeline (/work/shared/samples/..., or SAMPLE=) and/or example
 #              (examples/admission-review.json) [pipeline example]
-#   SERVERS    bookend and/or null [bookend null]
+#   SERVERS    bookend, null and/or nullpatch: the baseline answering with a fixed patch as
+#              large as bookend's answer to the pipeline body, to price the bigger answer
+#              alone [bookend null nullpatch]
+#   NULL_PATCH_BYTES  nullpatch's patch size before base64 [4270: a 5.9 KB answer, as bookend's]
 #   LOADGEN_THREADS  h2load threads [1]
 #   STARTUP_RUNS     startup-to-ready runs per server [20]
 #   BOOKEND_ARGS     extra `bookend serve` flags (e.g. "--log-level warn") []
@@ -37,7 +40,8 @@ CONNS=${CONNS-"1 4 16 64 256"}
 PACED=${PACED-"64@500"}
 PROTOCOLS=${PROTOCOLS:-"h1 h2"}
 BODIES=${BODIES:-"pipeline example"}
-SERVERS=${SERVERS:-"bookend null"}
+SERVERS=${SERVERS:-"bookend null nullpatch"}
+NULL_PATCH_BYTES=${NULL_PATCH_BYTES:-4270}
 LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 STARTUP_RUNS=${STARTUP_RUNS:-20}
 BOOKEND_ARGS=${BOOKEND_ARGS:-}
@@ -86,6 +90,7 @@ trap cleanup EXIT
 
 port[bookend]=18443 admin[bookend]=18080
 port[null]=19443 admin[null]=19080
+port[nullpatch]=20443 admin[nullpatch]=20080
 tls=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 # Request logs at bookend's default level (info) go to /dev/null: formatted and written,
 # but not kept (a 10 s cell at 10k req/s would be 30 MB of log).
@@ -99,6 +104,12 @@ pids+=($!)
     2>/dev/null &
 pid[null]=$!
 pids+=($!)
+if [[ " $SERVERS " == *" nullpatch "* ]]; then
+    "$NULL" "${tls[@]}" --listen 127.0.0.1:${port[nullpatch]} \
+        --admin-listen 127.0.0.1:${admin[nullpatch]} --patch-bytes "$NULL_PATCH_BYTES" 2>/dev/null &
+    pid[nullpatch]=$!
+    pids+=($!)
+fi
 
 wait_ready() {
     for _ in $(seq 1 500); do
@@ -108,7 +119,7 @@ wait_ready() {
     echo "server on admin port $1 did not become ready" >&2
     exit 1
 }
-for s in bookend null; do wait_ready "${admin[$s]}"; done
+for s in bookend null ${pid[nullpatch]:+nullpatch}; do wait_ready "${admin[$s]}"; done
 sleep 1
 
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
@@ -292,13 +303,15 @@ def ms(us):
 lines = []
 for body in dict.fromkeys(r["body"] for r in rows):
     lines.append(f"\n### Body: {body}\n")
-    lines.append("| proto | conns | offered req/s | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | h2load CPU % | others CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio |")
-    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    lines.append("| proto | conns | offered req/s | server | req/s | p50 ms | p99 ms | p99.9 ms | errors (non-2xx / transport) | CPU % | h2load CPU % | others CPU % | CPU µs/req | peak RSS MiB | req/s ratio | p99 ratio | req/s ÷ nullpatch |")
+    lines.append("|---|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for (b, proto, c, rate), servers in cells.items():
         if b != body:
             continue
         for name, r in servers.items():
-            ratio_rps = ratio_p99 = ""
+            ratio_rps = ratio_p99 = ratio_patch = ""
+            if name == "bookend" and "nullpatch" in servers and float(servers["nullpatch"]["rps"]):
+                ratio_patch = f"{float(r['rps']) / float(servers['nullpatch']['rps']):.2f}"
             if name == "bookend" and "null" in servers:
                 n = servers["null"]
                 if float(n["rps"]):
@@ -308,7 +321,7 @@ for body in dict.fromkeys(r["body"] for r in rows):
             lines.append(
                 f"| {proto} | {c} | {rate or 'max'} | {name} | {r['rps']} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | "
                 f"{ms(r['p999_us'])} | {r['non2xx']} / {r['transport_errors']} | {r['cpu_pct']} | {r['loadgen_cpu_pct']} | {r['others_cpu_pct']} | "
-                f"{r['cpu_us_per_req']} | {int(r['peak_rss_kib']) / 1024:.1f} | {ratio_rps} | {ratio_p99} |")
+                f"{r['cpu_us_per_req']} | {int(r['peak_rss_kib']) / 1024:.1f} | {ratio_rps} | {ratio_p99} | {ratio_patch} |")
 open(f"{out}/results.md", "w").write("\n".join(lines).lstrip() + "\n")
 EOF
 cat "$OUT/env.txt" "$OUT/idle.txt" "$OUT/startup.txt" "$OUT/results.md"
