@@ -310,3 +310,46 @@ fn the_controllers_dry_run_task_create_is_injected() {
         assert!(r.get("patch").is_none(), "{user} {dry_run}");
     }
 }
+
+#[test]
+fn the_answer_is_the_admission_review_the_api_expects() {
+    use base64::Engine as _;
+    let parsed = |answer: &Answer| -> Value {
+        serde_json::from_slice(&review_response("admission.k8s.io/v1", "u-1\"x", answer))
+            .expect("the answer is JSON")
+    };
+    assert_eq!(
+        parsed(&Answer::allow()),
+        json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+               "response": {"uid": "u-1\"x", "allowed": true}})
+    );
+    let denied = Answer {
+        warnings: vec!["w \"1\"\n".to_owned(), "w2".to_owned()],
+        ..Answer::deny("spec.taskSpec.steps[0].name: \"bad\"\tname".to_owned())
+    };
+    assert_eq!(
+        parsed(&denied)["response"],
+        json!({"uid": "u-1\"x", "allowed": false,
+               "status": {"message": "spec.taskSpec.steps[0].name: \"bad\"\tname", "code": 400, "reason": "BadRequest"},
+               "warnings": ["w \"1\"\n", "w2"]})
+    );
+    // Every length of the last base64 group (padding "==", "=", none).
+    for patch in [&b"[{}]"[..], b"[{}] ", b"[{}]  "] {
+        let mutated = Answer {
+            outcome: Outcome::Mutated.as_str(),
+            patch: Some(patch.to_vec()),
+            audit_annotations: BTreeMap::from([
+                ("audit".to_owned(), "a,b".to_owned()),
+                ("injected".to_owned(), "x (y)".to_owned()),
+            ]),
+            ..Answer::allow()
+        };
+        let response = &parsed(&mutated)["response"];
+        assert_eq!(
+            response,
+            &json!({"uid": "u-1\"x", "allowed": true, "patchType": "JSONPatch",
+                    "patch": base64::engine::general_purpose::STANDARD.encode(patch),
+                    "auditAnnotations": {"audit": "a,b", "injected": "x (y)"}})
+        );
+    }
+}
