@@ -5,8 +5,9 @@
 //! `cargo bench --bench profile -- <case> <steps> <policies> <iterations> [cached tasks]`, case
 //! one of `review` (admission::review), `taskref` (the same TaskRun referencing its Task, which
 //! is inlined from the catalog; `steps` does not apply), `decide` (engine::decide), `diff`
-//! (patch::diff), `parse` (the review body into a serde_json::Value), `setup` (inputs only:
-//! subtract it).
+//! (patch::diff), `parse` (the review body into a serde_json::Value), `scan` (the body read
+//! and checked as JSON, nothing built: the floor of any serde_json reader), `setup` (inputs
+//! only: subtract it).
 //!
 //! scripts/bench-profile.sh runs it under callgrind and prints instructions per iteration.
 
@@ -71,6 +72,12 @@ fn main() {
             }
             "parse" => {
                 black_box(serde_json::from_slice::<Value>(black_box(&body)).expect("JSON"));
+            }
+            "scan" => {
+                black_box(
+                    serde_json::from_slice::<serde::de::IgnoredAny>(black_box(&body))
+                        .expect("JSON"),
+                );
             }
             "setup" => {}
             other => panic!("unknown case {other}"),

@@ -6,7 +6,7 @@
 #   scripts/bench-profile.sh review 3 10 200
 #   scripts/bench-profile.sh taskref 3 10 200 10000
 #
-# Cases: review, taskref, decide, diff, parse (benches/profile.rs). Prints
+# Cases: review, taskref, decide, diff, parse, scan (benches/profile.rs). Prints
 # `case,steps,policies,instructions_per_iteration`; the profile is left in
 # target/callgrind.<case>-<steps>-<policies>.out.
 set -euo pipefail
