@@ -1019,16 +1019,32 @@ fn the_webhook_patch_equals_the_whole_object_diff() {
         shapes.push(object);
     }
     // Admitted once already: the second pass only has the record to compare.
-    let admitted = run(&set, &taskrun(steps)).object;
+    let admitted = run(&set, &taskrun(steps.clone())).object;
     let mut stale = admitted.clone();
     stale["metadata"]["annotations"]["bookend.dev/injected"] = json!("{}");
     shapes.extend([admitted, stale]);
+    // Volumes: added to a taskSpec without them, appended to existing ones, and (once the
+    // policy no longer applies) removed again, next to members bookend must leave alone.
+    let volume_set = policies(WITH_VOLUME);
+    let mut with_members = taskrun(steps.clone());
+    with_members["spec"]["taskSpec"]["params"] = json!([{"name": "p", "default": "x"}]);
+    with_members["spec"]["taskSpec"]["workspaces"] = json!([{"name": "src"}]);
+    let mut with_volumes = with_members.clone();
+    with_volumes["spec"]["taskSpec"]["volumes"] = json!([{"name": "src", "emptyDir": {}}]);
+    let volume_admitted = run(&volume_set, &with_volumes).object;
+    let volume_admitted_bare = run(&volume_set, &with_members).object;
+    shapes.extend([
+        with_members,
+        with_volumes,
+        volume_admitted,
+        volume_admitted_bare,
+    ]);
     // No policy applies, but injected steps must be stripped and the record removed.
     let none = policies(
         "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: other}\nspec:\n  match: {namespaces: [elsewhere]}\n  preSteps: [{name: bookend-x, image: alpine}]\n",
     );
     for object in &shapes {
-        for set in [&set, &none] {
+        for set in [&set, &none, &volume_set] {
             let whole = decide(request(object), set, &Catalog::default());
             let webhook = decide_patch(request(object), set, &Catalog::default());
             assert_eq!(webhook.outcome, whole.outcome);
