@@ -74,7 +74,7 @@ pub fn patch_to_vec(ops: &[Operation]) -> Vec<u8> {
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH_BITS: u64 = 0x8080_8080_8080_8080;
 
-/// The high bit of each byte of `word` that is a control character, `"` or `\\`. Each test is
+/// The high bit of each byte of `word` that is a control character, `"` or `\`. Each test is
 /// the classic "has a zero byte" / "has a byte less than n" bit trick: a byte can be flagged
 /// wrongly only above a rightly flagged one, so the lowest flag is always exact.
 fn escape_flags(word: u64) -> u64 {

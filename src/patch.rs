@@ -104,7 +104,7 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
                 } else {
                     a.get(&key)
                 };
-                member_ops(path, &key, old_value, new_value, ops);
+                diff_member(path, &key, old_value, new_value, ops);
             }
         }
         (Value::Array(a), Value::Array(b)) => {
@@ -123,20 +123,9 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
     }
 }
 
-/// Appends the operations that set member `key` of the object at `path` (whose members are
-/// `old`) to `new`, as [`diff_into`] does for each member of two objects; members not passed
-/// are left as they are.
+/// Appends the operations that set member `key` of the object at `path` to `new`, where the
+/// member was `old` (`None`: absent), as [`diff_into`] does for each member of two objects.
 pub fn diff_member(
-    path: &mut String,
-    old: &serde_json::Map<String, Value>,
-    key: &str,
-    new: Value,
-    ops: &mut Vec<Operation>,
-) {
-    member_ops(path, key, old.get(key), new, ops);
-}
-
-fn member_ops(
     path: &mut String,
     key: &str,
     old: Option<&Value>,

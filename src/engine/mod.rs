@@ -792,8 +792,8 @@ fn inject_into(
         run_params,
         context,
     )?;
-    // Only the taskSpec members bookend sets: the rest of the TaskRun (params, workspaces,
-    // results, ...) is neither copied nor compared.
+    // Only the taskSpec members bookend sets: the others (params, workspaces, results, ...)
+    // are neither copied nor compared.
     let mut task_spec_members = Map::new();
     task_spec_members.insert("steps".to_owned(), Value::Array(final_steps));
     if let Some(volumes) = volumes {
@@ -892,7 +892,7 @@ impl Injection {
             .expect("injected into an object taskSpec");
         // Members in key order, as a diff of the whole taskSpec visits them.
         for (key, value) in self.task_spec_members {
-            patch::diff_member(&mut path, old_spec, &key, value, &mut ops);
+            patch::diff_member(&mut path, &key, old_spec.get(&key), value, &mut ops);
         }
         ops
     }
