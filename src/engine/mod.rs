@@ -827,14 +827,15 @@ enum Admitted {
 }
 
 impl Admitted {
+    /// The admitted object and its patch from `original`, as a diff of the two whole objects:
+    /// render's reference, which the webhook's [`Admitted::into_patch`] must equal (unit test
+    /// and fuzz target).
     fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
-        match self {
-            Self::Injected(injection) => (
-                injection.clone().patch(original),
-                injection.apply(original.clone()),
-            ),
-            Self::Rewritten(object) => (patch::diff(original, &object), object),
-        }
+        let object = match self {
+            Self::Injected(injection) => injection.apply(original.clone()),
+            Self::Rewritten(object) => object,
+        };
+        (patch::diff(original, &object), object)
     }
 
     /// The patch from `original`, the same operations as diffing the whole admitted object,
@@ -850,7 +851,6 @@ impl Admitted {
 /// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
 /// `volumes` when policies bring or once brought volumes; every other member stays as it is)
 /// and its `bookend.dev/injected` record (`None`: the annotation is removed).
-#[derive(Clone)]
 struct Injection {
     task_spec_members: Map<String, Value>,
     record: Option<String>,
