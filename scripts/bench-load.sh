@@ -15,7 +15,7 @@
 #   PACED      paced cells, CONNS@TOTAL_REQ_PER_S: the connections share a fixed request rate
 #              (h2load --rps), as an API server would send reviews [64@500]
 #   PROTOCOLS  h1 and/or h2 [h1 h2]
-#   BODIES     pipeline (/work/shared/samples/..., or SAMPLE=) and/or example
+#   BODIES     pipeline (tests/fixtures/admission-review-taskrun-pipeline.json, or SAMPLE=) and/or example
 #              (examples/admission-review.json) [pipeline example]
 #   SERVERS    bookend, null and/or nullpatch: the baseline answering with a fixed patch as
 #              large as bookend's answer to the pipeline body, to price the bigger answer
@@ -46,7 +46,7 @@ LOADGEN_THREADS=${LOADGEN_THREADS:-1}
 STARTUP_RUNS=${STARTUP_RUNS:-20}
 BOOKEND_ARGS=${BOOKEND_ARGS:-}
 BOOKEND_PRELOAD=${BOOKEND_PRELOAD:-}
-SAMPLE=${SAMPLE:-/work/shared/samples/admission-review-taskrun-pipeline.json}
+SAMPLE=${SAMPLE:-tests/fixtures/admission-review-taskrun-pipeline.json}
 OUT=${OUT:-target/bench-load}
 target=${CARGO_TARGET_DIR:-target}
 BOOKEND=$target/release/bookend

@@ -27,7 +27,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 
-SAMPLE = json.load(open(os.path.join(ROOT, "tests/webhook_support/admission-review-taskrun-pipeline.json")))
+SAMPLE = json.load(open(os.path.join(ROOT, "tests/fixtures/admission-review-taskrun-pipeline.json")))
 
 
 def review(edit):

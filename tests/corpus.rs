@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 const NAMESPACE: &str = "team-a";
 
 fn corpus_files() -> Vec<PathBuf> {
-    let root = common::shared().join("corpus/tekton");
+    let root = common::tekton_fixtures();
     let mut files = Vec::new();
     for dir in [
         root.join("examples/v1/taskruns"),

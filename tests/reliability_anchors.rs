@@ -1,4 +1,5 @@
-//! One test for each user complaint of research §9 (anchors.md) that bookend answers in code.
+//! One test for each complaint users raised against other injectors and policy engines (the
+//! upstream issues are listed in docs/reliability.md) that bookend answers in code.
 //! The mapping, with the tests elsewhere that cover the rest, is in docs/reliability.md.
 
 mod webhook_support;

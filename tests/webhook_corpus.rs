@@ -24,10 +24,7 @@ fn root() -> PathBuf {
 }
 
 fn corpus_taskruns() -> Vec<(String, Value)> {
-    let shared = std::env::var_os("BOOKEND_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared"));
-    let base = shared.join("corpus/tekton");
+    let base = root().join("tests/fixtures/tekton");
     let mut files = Vec::new();
     for dir in [
         base.join("examples/v1/taskruns"),

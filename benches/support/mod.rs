@@ -23,8 +23,9 @@ use bookend::policy::load::policy_from_value;
 use bookend::policy::{PolicySet, Settings};
 use serde_json::{Value, json};
 
-/// The real apiserver review of a PipelineRun-created TaskRun (see benches/fixtures/README.md).
-pub const FIXTURE: &str = include_str!("../fixtures/admission-review-taskrun-pipeline.json");
+/// The real apiserver review of a PipelineRun-created TaskRun (see tests/fixtures/README.md).
+pub const FIXTURE: &str =
+    include_str!("../../tests/fixtures/admission-review-taskrun-pipeline.json");
 
 /// The fixture as a JSON value.
 pub fn review_value() -> Value {

@@ -277,9 +277,8 @@ fn other_resources_are_allowed() {
 
 #[test]
 fn the_real_apiserver_sample_is_mutated() {
-    let body = std::fs::read("../shared/samples/admission-review-taskrun-pipeline.json")
-        .expect("the shared sample (../shared/samples) is next to the repository");
-    let reply = mutate(&body);
+    let body = include_bytes!("../../tests/fixtures/admission-review-taskrun-pipeline.json");
+    let reply = mutate(body);
     assert_eq!(
         reply.status,
         200,

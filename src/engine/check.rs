@@ -1,6 +1,7 @@
-//! Tekton's TaskSpec rules that injecting steps can break (research/tekton.md §3.2): unique step
-//! names, script versus a stepTemplate command, workspace mount paths, and references to params
-//! and workspaces the TaskRun does not have. A broken rule is a denial that names the policy, the
+//! Tekton's TaskSpec rules that injecting steps can break (`TaskSpec.Validate` in Tekton's
+//! `pkg/apis/pipeline/v1/task_validation.go`; docs/tekton-notes.md): unique step names, script
+//! versus a stepTemplate command, workspace mount paths, and references to params and workspaces
+//! the TaskRun does not have. A broken rule is a denial that names the policy, the
 //! step and the field, instead of Tekton's less specific error after admission.
 
 use std::collections::{BTreeSet, HashMap};

@@ -451,7 +451,7 @@ pub struct Context<'a> {
 }
 
 /// Tekton's controller dry-run-creates every remotely resolved Task and runs the object the
-/// API server returns (research/tekton.md §5.3): bookend injects into that Task. Only policies
+/// API server returns (`DryRunValidate` in Tekton's `pkg/reconciler/apiserver/apiserver.go`): bookend injects into that Task. Only policies
 /// whose criteria are all namespace-level apply, since the Task carries nothing of the TaskRun
 /// (its labels, its origin) that it will run for.
 pub fn decide_resolved_task(

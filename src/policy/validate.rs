@@ -1,5 +1,6 @@
-//! Policy checks: Tekton's own Step rules (research/tekton.md §3.3) on every injected step, plus
-//! bookend's rules (reserved prefix, length, volumes, selectors, globs).
+//! Policy checks: Tekton's own Step rules (`Step.Validate` in Tekton's
+//! `pkg/apis/pipeline/v1/container_validation.go`) on every injected step, plus bookend's rules
+//! (reserved prefix, length, volumes, selectors, globs).
 
 use std::collections::BTreeSet;
 

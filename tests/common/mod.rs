@@ -11,11 +11,9 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// The shared folder beside the repository (corpus, samples); `BOOKEND_SHARED` overrides.
-pub fn shared() -> PathBuf {
-    std::env::var_os("BOOKEND_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared"))
+/// Upstream Tekton examples vendored for the tests (`tests/fixtures/tekton/SOURCE.md`).
+pub fn tekton_fixtures() -> PathBuf {
+    root().join("tests/fixtures/tekton")
 }
 
 /// The policies in `examples/policies`, which must be valid.

@@ -12,8 +12,7 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-pub fn shared() -> PathBuf {
-    std::env::var_os("BOOKEND_SHARED")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("../shared"))
+/// Upstream Tekton examples vendored for the tests (`tests/fixtures/tekton/SOURCE.md`).
+pub fn tekton_fixtures() -> PathBuf {
+    root().join("tests/fixtures/tekton")
 }

@@ -18,7 +18,7 @@ use crate::tools::tools;
 const NAMESPACE: &str = "team-a";
 
 fn corpus() -> Vec<PathBuf> {
-    let root = crate::shared().join("corpus/tekton");
+    let root = crate::tekton_fixtures();
     let mut files = Vec::new();
     for dir in [
         "examples/v1/taskruns",
@@ -127,7 +127,7 @@ fn tekton_accepts_what_bookend_emits_and_defaulting_converges() {
             };
             let label = format!(
                 "{}#{i}",
-                file.strip_prefix(crate::shared())
+                file.strip_prefix(crate::tekton_fixtures())
                     .unwrap_or(&file)
                     .display()
             );

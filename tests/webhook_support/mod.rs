@@ -24,8 +24,8 @@ use tokio::task::JoinHandle;
 pub const HOST: &str = "bookend.test";
 
 /// A TaskRun CREATE as the API server sends it for a PipelineRun-owned TaskRun in team-a
-/// (a copy of `shared/samples/admission-review-taskrun-pipeline.json`).
-pub const SAMPLE: &str = include_str!("admission-review-taskrun-pipeline.json");
+/// (`tests/fixtures/README.md`).
+pub const SAMPLE: &str = include_str!("../fixtures/admission-review-taskrun-pipeline.json");
 
 /// The sample AdmissionReview, parsed.
 pub fn sample_review() -> Value {
