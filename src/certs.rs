@@ -1,4 +1,4 @@
-//! `bookend certs`: a development CA and a serving certificate, written with rcgen.
+//! A development CA and a serving certificate, written with rcgen (`bookend certs`).
 //!
 //! The same code makes the dev pair that `bookend serve` generates into `certs/` when the default
 //! certificate files are missing. Production certificates come from cert-manager or a Secret.
@@ -7,30 +7,13 @@ use std::fs;
 use std::io::Write;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use base64::Engine as _;
-use clap::Args;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose, SanType,
 };
 use time::{Duration, OffsetDateTime};
-
-/// `bookend certs` options.
-#[derive(Args, Debug, Clone)]
-pub struct CertsArgs {
-    /// Directory for ca.crt, ca.key, tls.crt, tls.key and ca.crt.b64 (created if missing).
-    #[arg(long, default_value = "certs")]
-    pub out_dir: PathBuf,
-    /// DNS name or IP address for the serving certificate (repeatable), e.g.
-    /// `bookend.bookend.svc` or `127.0.0.1`.
-    #[arg(long = "host", required = true)]
-    pub hosts: Vec<String>,
-    /// Validity of the serving certificate, in days (the CA gets ten times as long).
-    #[arg(long, default_value_t = 365)]
-    pub days: u32,
-}
 
 /// Why certificates could not be written.
 #[derive(Debug, thiserror::Error)]
@@ -208,32 +191,6 @@ fn write_file(path: &Path, contents: &[u8], secret: bool) -> Result<(), CertsErr
     file.sync_all().map_err(err)?;
     drop(file);
     fs::rename(&tmp, path).map_err(err)
-}
-
-/// Runs `bookend certs`.
-pub fn main(args: &CertsArgs) -> ExitCode {
-    match generate(&args.out_dir, &args.hosts, args.days) {
-        Ok(written) => {
-            for path in written.paths() {
-                println!("wrote {}", path.display());
-            }
-            println!(
-                "serving certificate for {} (valid {} days), signed by {}",
-                args.hosts.join(", "),
-                args.days,
-                written.ca_cert.display()
-            );
-            println!(
-                "caBundle for a webhook configuration: the contents of {}",
-                written.ca_bundle_b64.display()
-            );
-            ExitCode::SUCCESS
-        }
-        Err(e) => {
-            eprintln!("error: {e}");
-            ExitCode::from(crate::cli::exit::USAGE)
-        }
-    }
 }
 
 #[cfg(test)]

@@ -51,32 +51,56 @@ pub fn push_token(path: &mut String, token: &str) {
     }
 }
 
-/// Equality of JSON values that compares objects member by member in order first (no key
-/// hashing), and falls back to `==` (order-insensitive) only when the key orders differ.
-pub fn same(a: &Value, b: &Value) -> bool {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => {
-            if x.len() != y.len() {
-                return false;
+/// A JSON Pointer to the member `tokens` (object keys, outermost first) names.
+pub fn pointer(tokens: &[&str]) -> String {
+    let mut path = String::new();
+    for token in tokens {
+        push_token(&mut path, token);
+    }
+    path
+}
+
+/// Appends the operations that make the member `tokens` names equal `new` (`None`: absent) in
+/// `document`, as a diff of the whole documents lists them: a missing parent is added, and a
+/// parent that is not an object is replaced, by objects that hold just that member.
+pub fn set_at(document: &Value, tokens: &[&str], new: Option<Value>, ops: &mut Vec<Operation>) {
+    let mut path = String::new();
+    let mut current = document;
+    for (depth, token) in tokens.iter().enumerate() {
+        let Value::Object(members) = current else {
+            if let Some(value) = new {
+                let value = nested(&tokens[depth..], value);
+                ops.push(Operation::Replace { path, value });
             }
-            for ((ka, va), (kb, vb)) in x.iter().zip(y) {
-                if ka != kb {
-                    return a == b;
+            return;
+        };
+        push_token(&mut path, token);
+        match (members.get(*token), depth + 1 == tokens.len()) {
+            (Some(child), false) => current = child,
+            (Some(old), true) => {
+                match new {
+                    None => ops.push(Operation::Remove { path }),
+                    Some(value) if *old != value => ops.push(Operation::Replace { path, value }),
+                    Some(_) => {}
                 }
-                if !same(va, vb) {
-                    return false;
-                }
+                return;
             }
-            true
+            (None, _) => {
+                if let Some(value) = new {
+                    let value = nested(&tokens[depth + 1..], value);
+                    ops.push(Operation::Add { path, value });
+                }
+                return;
+            }
         }
-        (Value::Array(x), Value::Array(y)) => same_items(x, y),
-        _ => a == b,
     }
 }
 
-/// [`same`] for two arrays' elements, pairwise.
-fn same_items(a: &[Value], b: &[Value]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| same(p, q))
+/// `value` inside objects with one member each, keyed by `tokens` (outermost first).
+fn nested(tokens: &[&str], value: Value) -> Value {
+    tokens.iter().rev().fold(value, |inner, token| {
+        Value::Object(serde_json::Map::from_iter([((*token).to_owned(), inner)]))
+    })
 }
 
 /// Appends to `ops` the operations that turn `old` into `new`, both at `path` (a JSON Pointer,
@@ -84,31 +108,23 @@ fn same_items(a: &[Value], b: &[Value]) -> bool {
 pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Operation>) {
     match (old, new) {
         (Value::Object(a), Value::Object(b)) => {
-            let len = path.len();
-            // Members usually keep their order: take the old value by position then, without
-            // hashing the key.
-            let aligned = a.len() == b.len() && a.keys().zip(b.keys()).all(|(x, y)| x == y);
-            if !aligned {
-                for key in a.keys() {
-                    if !b.contains_key(key) {
-                        push_token(path, key);
-                        ops.push(Operation::Remove { path: path.clone() });
-                        path.truncate(len);
-                    }
-                }
-            }
-            let mut old_members = a.values();
+            // Maps keep their keys sorted (serde_json without `preserve_order`; a test holds
+            // that), so one walk over both key sequences pairs the members, without lookups.
+            let mut old_members = a.iter().peekable();
             for (key, new_value) in b {
-                let old_value = if aligned {
-                    old_members.next()
-                } else {
-                    a.get(&key)
-                };
+                while let Some((gone, _)) = old_members.next_if(|(k, _)| k.as_str() < key.as_str())
+                {
+                    remove_member(path, gone, ops);
+                }
+                let old_value = old_members.next_if(|(k, _)| **k == key).map(|(_, v)| v);
                 diff_member(path, &key, old_value, new_value, ops);
+            }
+            for (gone, _) in old_members {
+                remove_member(path, gone, ops);
             }
         }
         (Value::Array(a), Value::Array(b)) => {
-            if !same_items(a, &b) {
+            if *a != b {
                 diff_array(path, a, b, ops);
             }
         }
@@ -123,6 +139,13 @@ pub fn diff_into(path: &mut String, old: &Value, new: Value, ops: &mut Vec<Opera
     }
 }
 
+fn remove_member(path: &mut String, key: &str, ops: &mut Vec<Operation>) {
+    let len = path.len();
+    push_token(path, key);
+    ops.push(Operation::Remove { path: path.clone() });
+    path.truncate(len);
+}
+
 /// Appends the operations that set member `key` of the object at `path` to `new`, where the
 /// member was `old` (`None`: absent), as [`diff_into`] does for each member of two objects.
 pub fn diff_member(
@@ -135,7 +158,7 @@ pub fn diff_member(
     let len = path.len();
     match old {
         Some(old) => {
-            if (old.is_object() && new.is_object()) || !same(old, &new) {
+            if (old.is_object() && new.is_object()) || *old != new {
                 push_token(path, key);
                 diff_into(path, old, new, ops);
                 path.truncate(len);
@@ -192,13 +215,13 @@ fn diff_array(path: &mut String, old: &[Value], new: Vec<Value>, ops: &mut Vec<O
     }
     // Scalars and anonymous objects: shared prefix, then shared suffix, then a positional
     // diff of equal-length middles or a remove/add of the rest.
-    let prefix = old.iter().zip(&new).take_while(|(a, b)| same(a, b)).count();
+    let prefix = old.iter().zip(&new).take_while(|(a, b)| a == b).count();
     let (old_rest, new_rest) = (&old[prefix..], &new[prefix..]);
     let suffix = old_rest
         .iter()
         .rev()
         .zip(new_rest.iter().rev())
-        .take_while(|(a, b)| same(a, b))
+        .take_while(|(a, b)| a == b)
         .count();
     let old_mid = &old_rest[..old_rest.len() - suffix];
     let new_mid_len = new_rest.len() - suffix;

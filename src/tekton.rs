@@ -205,6 +205,45 @@ impl<'a> TaskRunView<'a> {
     }
 }
 
+/// A Task (or what bookend needs of one) to inline for `taskRef: Inline`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TaskObject {
+    pub namespace: String,
+    pub name: String,
+    pub api_version: ApiVersion,
+    /// The Task's spec, in its own version's field names.
+    pub spec: Value,
+    pub resource_version: Option<String>,
+    /// Carries a trusted-resources signature (`tekton.dev/signature`).
+    pub signed: bool,
+}
+
+impl TaskObject {
+    /// Reads a `tekton.dev` Task object; `None` for anything else.
+    pub fn from_object(object: &Value) -> Option<Self> {
+        if object.get("kind")?.as_str()? != "Task" {
+            return None;
+        }
+        let api_version = ApiVersion::parse(object.get("apiVersion")?.as_str()?)?;
+        let meta = object.get("metadata")?;
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        Some(Self {
+            namespace: text(meta.get("namespace")).unwrap_or_default(),
+            name: text(meta.get("name"))?,
+            api_version,
+            spec: object
+                .get("spec")
+                .cloned()
+                .unwrap_or(Value::Object(Map::new())),
+            resource_version: text(meta.get("resourceVersion")),
+            signed: meta
+                .get("annotations")
+                .and_then(|a| a.get(SIGNATURE_ANNOTATION))
+                .is_some(),
+        })
+    }
+}
+
 /// A step's name, or `None` for an unnamed step (Tekton treats `""` as unnamed).
 pub fn step_name(step: &Value) -> Option<&str> {
     step.get("name")

@@ -1,15 +1,18 @@
 //! Inputs the fuzz targets (fuzz/) found, kept as tests. See docs/reliability.md, Findings.
 
 use bookend::engine::{self, Catalog, Outcome, Request};
-use bookend::policy::load::parse_policies;
+use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::{PolicySet, Settings};
 use serde_json::Value;
 
 fn set() -> PolicySet {
-    let (docs, issues) =
-        parse_policies("p.yaml", include_str!("../fuzz/regressions/policies.yaml"));
-    assert!(issues.is_empty(), "{issues:?}");
-    PolicySet::build(docs, Settings::default()).0
+    let loaded = policy_set_from_yaml(
+        "p.yaml",
+        include_str!("../fuzz/regressions/policies.yaml"),
+        Settings::default(),
+    );
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
 }
 
 /// Fuzz target `engine`, 2026-11-30: a TaskRun with five user steps named `build` (Tekton

@@ -5,18 +5,18 @@ mod webhook_support;
 
 use std::time::Duration;
 
+use bookend::admission::{Endpoint, Reply};
+use bookend::engine::Lookup;
 use bookend::engine::{self, Catalog, Request};
-use bookend::policy::load::parse_policies;
+use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::{PolicySet, Settings};
-use bookend::server::TestHooks;
 use serde_json::{Value, json};
 use webhook_support::*;
 
 fn expected_object(object: &Value, namespace: &str, dry_run: bool) -> Value {
-    let (docs, issues) = parse_policies("policy.yaml", POLICY);
-    assert!(issues.is_empty(), "{issues:?}");
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
+    let loaded = policy_set_from_yaml("policy.yaml", POLICY, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
     let decision = engine::decide(
         Request {
             object,
@@ -272,10 +272,20 @@ async fn bad_input_matrix_gets_documented_statuses_and_server_stays_up() {
 
 #[tokio::test]
 async fn a_panic_in_a_review_is_a_400_and_the_server_keeps_serving() {
+    const MARKER: &[u8] = b"PANIC-IN-THIS-REVIEW";
+    fn panicking_review(
+        endpoint: Endpoint,
+        body: &[u8],
+        set: &PolicySet,
+        lookup: &dyn Lookup,
+    ) -> Reply {
+        if body.windows(MARKER.len()).any(|w| w == MARKER) {
+            panic!("test: a panic requested for this review");
+        }
+        bookend::admission::review(endpoint, body, set, lookup)
+    }
     let server = TestServer::start(Options {
-        hooks: TestHooks {
-            panic_on: Some(b"PANIC-IN-THIS-REVIEW".to_vec()),
-        },
+        review: panicking_review,
         ..Options::default()
     })
     .await;

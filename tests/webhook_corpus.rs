@@ -9,9 +9,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use bookend::engine::{self, Catalog, Outcome, Request};
-use bookend::policy::PolicySet;
 use bookend::policy::Settings;
-use bookend::policy::load::{load_paths, yaml_documents};
+use bookend::policy::load::{policy_set, yaml_documents};
 use bookend::tekton::TaskRunView;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
@@ -95,11 +94,9 @@ async fn corpus_through_the_webhook_equals_render() {
         ..Options::default()
     })
     .await;
-    let (docs, issues) = load_paths(&[policies]);
-    assert!(issues.is_empty(), "{issues:?}");
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
-    let set = Arc::new(set);
+    let loaded = policy_set(&[policies], Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = Arc::new(loaded.set);
 
     let client = server.h2();
     let mutate = server.url("/mutate");

@@ -19,7 +19,7 @@
 #![allow(dead_code)]
 
 use bookend::engine::Catalog;
-use bookend::policy::load::policy_from_value;
+use bookend::policy::load::policy_set_from_objects;
 use bookend::policy::{PolicySet, Settings};
 use serde_json::{Value, json};
 
@@ -181,15 +181,10 @@ pub fn policy_objects(n: usize) -> Vec<Value> {
 
 /// A compiled set of `n` policies.
 pub fn policy_set(n: usize) -> PolicySet {
-    let docs = policy_objects(n)
-        .into_iter()
-        .enumerate()
-        .map(|(i, v)| policy_from_value("bench", &format!("document {i}"), v).expect("valid"))
-        .collect();
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
-    assert_eq!(set.len(), n);
-    set
+    let loaded = policy_set_from_objects("bench", &policy_objects(n), Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    assert_eq!(loaded.set.len(), n);
+    loaded.set
 }
 
 /// A Task object `i` (three steps, a param, a workspace), as the webhook caches them.

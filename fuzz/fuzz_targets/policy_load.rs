@@ -1,10 +1,10 @@
-//! Arbitrary text → `policy::load::parse_policies` → `PolicySet::build`: no panic, every issue
+//! Arbitrary text → `policy::load::policy_set_from_yaml`: no panic, every issue
 //! names a path and a message; a set that builds is then used on sample TaskRuns with the
 //! engine's properties checked (patch applies, second pass is a no-op).
 #![no_main]
 
-use bookend::policy::load::parse_policies;
-use bookend::policy::{PolicySet, Settings};
+use bookend::policy::Settings;
+use bookend::policy::load::{LoadedSet, policy_set_from_yaml};
 use bookend_fuzz::check_decision;
 use libfuzzer_sys::fuzz_target;
 use serde_json::json;
@@ -13,16 +13,12 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let (docs, issues) = parse_policies("fuzz.yaml", text);
+    let LoadedSet { set, issues, .. } = policy_set_from_yaml("fuzz.yaml", text, Settings::default());
     for issue in &issues {
         assert!(!issue.message.is_empty(), "{issue:?}");
     }
-    if docs.is_empty() {
+    if set.is_empty() {
         return;
-    }
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    for issue in &issues {
-        assert!(!issue.message.is_empty(), "{issue:?}");
     }
     let samples = [
         json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",

@@ -6,7 +6,7 @@ use std::sync::OnceLock;
 
 use arbitrary::{Arbitrary, Result, Unstructured};
 use bookend::engine::{self, Catalog, Decision, Outcome, Request};
-use bookend::policy::load::parse_policies;
+use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::{PolicySet, Settings};
 use serde_json::{Map, Value, json};
 
@@ -89,11 +89,9 @@ metadata: {name: team-a, labels: {tier: gold}}
 pub fn policies() -> &'static PolicySet {
     static SET: OnceLock<PolicySet> = OnceLock::new();
     SET.get_or_init(|| {
-        let (docs, issues) = parse_policies("fuzz.yaml", POLICIES);
-        assert!(issues.is_empty(), "{issues:?}");
-        let (set, issues) = PolicySet::build(docs, Settings::default());
-        assert!(issues.is_empty(), "{issues:?}");
-        set
+        let loaded = policy_set_from_yaml("fuzz.yaml", POLICIES, Settings::default());
+        assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+        loaded.set
     })
 }
 

@@ -1,9 +1,11 @@
 //! The decision: a TaskRun and the policy set in, what the admitted TaskRun looks like out.
 //! Pure: no I/O, no clock; everything it needs arrives as arguments.
 
+mod admitted;
 mod canonical;
 pub mod check;
 pub mod inject;
+mod lookup;
 pub mod record;
 pub mod reindex;
 
@@ -16,8 +18,10 @@ use crate::patch::{self, Operation};
 use crate::policy::select::{Labels, Subject};
 use crate::policy::{Mode, Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy, Verdict};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
+use admitted::{Admitted, Injection, set_metadata_entry};
 pub use canonical::canonical;
 use inject::{ParamValues, StepKind};
+pub use lookup::{Catalog, Lookup};
 use record::{INLINED_ANNOTATION, Record, RecordEntry};
 
 /// A policy "no", with the message the user sees (it names the field and the fix).
@@ -57,134 +61,6 @@ impl Denial {
 impl fmt::Display for Denial {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.message)
-    }
-}
-
-/// A Task (or what bookend needs of one) to inline for `taskRef: Inline`.
-#[derive(Clone, Debug, PartialEq)]
-pub struct TaskObject {
-    pub namespace: String,
-    pub name: String,
-    pub api_version: ApiVersion,
-    /// The Task's spec, in its own version's field names.
-    pub spec: Value,
-    pub resource_version: Option<String>,
-    /// Carries a trusted-resources signature (`tekton.dev/signature`).
-    pub signed: bool,
-}
-
-impl TaskObject {
-    /// Reads a `tekton.dev` Task object; `None` for anything else.
-    pub fn from_object(object: &Value) -> Option<Self> {
-        if object.get("kind")?.as_str()? != "Task" {
-            return None;
-        }
-        let api_version = ApiVersion::parse(object.get("apiVersion")?.as_str()?)?;
-        let meta = object.get("metadata")?;
-        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
-        Some(Self {
-            namespace: text(meta.get("namespace")).unwrap_or_default(),
-            name: text(meta.get("name"))?,
-            api_version,
-            spec: object
-                .get("spec")
-                .cloned()
-                .unwrap_or(Value::Object(Map::new())),
-            resource_version: text(meta.get("resourceVersion")),
-            signed: meta
-                .get("annotations")
-                .and_then(|a| a.get(tekton::SIGNATURE_ANNOTATION))
-                .is_some(),
-        })
-    }
-}
-
-/// What the engine may look up besides the TaskRun: namespace labels and Tasks. The webhook
-/// answers from in-memory caches; `render` from files.
-pub trait Lookup: Send + Sync {
-    fn namespace_labels(&self, namespace: &str) -> Option<Labels>;
-    fn task(&self, namespace: &str, name: &str) -> Option<TaskObject>;
-    /// Whether a StepAction exists: `None` when this lookup does not know StepActions (then
-    /// bookend does not check a policy's `ref.name`).
-    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool>;
-}
-
-/// A [`Lookup`] held in memory (files mode, `render`, tests).
-#[derive(Clone, Debug, Default)]
-pub struct Catalog {
-    pub namespaces: HashMap<String, Labels>,
-    pub tasks: HashMap<(String, String), TaskObject>,
-    /// StepActions by (namespace, name), to check a policy's `ref` offline.
-    pub step_actions: HashMap<(String, String), Value>,
-}
-
-impl Catalog {
-    /// Adds Namespace, Task and StepAction objects; Tasks and StepActions without a namespace
-    /// go into `default_namespace`. Other kinds are ignored. Returns how many were added.
-    pub fn add_objects(&mut self, objects: &[Value], default_namespace: &str) -> usize {
-        let mut added = 0;
-        for object in objects {
-            let kind = object.get("kind").and_then(Value::as_str).unwrap_or("");
-            let meta = object.get("metadata");
-            let name = meta
-                .and_then(|m| m.get("name"))
-                .and_then(Value::as_str)
-                .unwrap_or("");
-            let ns = meta
-                .and_then(|m| m.get("namespace"))
-                .and_then(Value::as_str)
-                .filter(|s| !s.is_empty())
-                .unwrap_or(default_namespace);
-            match kind {
-                "Namespace" if !name.is_empty() => {
-                    let labels = meta
-                        .and_then(|m| m.get("labels"))
-                        .and_then(Value::as_object)
-                        .map(|l| {
-                            l.iter()
-                                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_owned())))
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    self.namespaces.insert(name.to_owned(), labels);
-                    added += 1;
-                }
-                "Task" => {
-                    if let Some(mut task) = TaskObject::from_object(object) {
-                        task.namespace = ns.to_owned();
-                        self.tasks.insert((ns.to_owned(), task.name.clone()), task);
-                        added += 1;
-                    }
-                }
-                "StepAction" if !name.is_empty() => {
-                    self.step_actions
-                        .insert((ns.to_owned(), name.to_owned()), object.clone());
-                    added += 1;
-                }
-                _ => {}
-            }
-        }
-        added
-    }
-}
-
-impl Lookup for Catalog {
-    fn namespace_labels(&self, namespace: &str) -> Option<Labels> {
-        self.namespaces.get(namespace).cloned()
-    }
-
-    fn task(&self, namespace: &str, name: &str) -> Option<TaskObject> {
-        self.tasks
-            .get(&(namespace.to_owned(), name.to_owned()))
-            .cloned()
-    }
-
-    // Offline, StepActions are only known when some were given; without any, do not guess.
-    fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
-        (!self.step_actions.is_empty()).then(|| {
-            self.step_actions
-                .contains_key(&(namespace.to_owned(), name.to_owned()))
-        })
     }
 }
 
@@ -512,8 +388,7 @@ pub fn decide_resolved_task(
     let mut new_task = task.clone();
     Injection::set_members(injection.task_spec_members, &mut new_task["spec"]);
     if let Some(record) = injection.record {
-        map_entry(metadata_mut(&mut new_task), "annotations")
-            .insert(record::ANNOTATION.to_owned(), Value::String(record));
+        set_metadata_entry(&mut new_task, "annotations", record::ANNOTATION, record);
     }
     let ops = patch::diff(task, &new_task);
     if ops.is_empty() {
@@ -665,16 +540,12 @@ fn plan_local_ref(
         "taskSpec".to_owned(),
         tekton::convert_task_spec(task_spec, view.api_version),
     );
-    let meta = metadata_mut(&mut object);
-    map_entry(meta, "labels").insert(
-        tekton::TASK_LABEL.to_owned(),
-        Value::String(task.name.clone()),
-    );
+    set_metadata_entry(&mut object, "labels", tekton::TASK_LABEL, task.name.clone());
     let origin = match &task.resource_version {
         Some(rv) => format!("{}@{rv}", task.name),
         None => task.name.clone(),
     };
-    map_entry(meta, "annotations").insert(INLINED_ANNOTATION.to_owned(), Value::String(origin));
+    set_metadata_entry(&mut object, "annotations", INLINED_ANNOTATION, origin);
     let injection = inject_into(
         &object,
         view.api_version,
@@ -687,28 +558,6 @@ fn plan_local_ref(
         Some(injection) => injection.apply(object),
         None => object,
     }))
-}
-
-fn metadata_mut(object: &mut Value) -> &mut Map<String, Value> {
-    let obj = object.as_object_mut().expect("a TaskRun is an object");
-    let meta = obj
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(Map::new()));
-    if !meta.is_object() {
-        *meta = Value::Object(Map::new());
-    }
-    meta.as_object_mut()
-        .expect("metadata was just made an object")
-}
-
-fn map_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
-    let entry = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
-    if !entry.is_object() {
-        *entry = Value::Object(Map::new());
-    }
-    entry
-        .as_object_mut()
-        .expect("entry was just made an object")
 }
 
 /// Strips and injects into an inline-spec TaskRun. `Ok(None)`: nothing to change.
@@ -816,138 +665,6 @@ fn inject_into(
         task_spec_members,
         record: (!record.is_empty()).then(|| record.to_json()),
     }))
-}
-
-/// What bookend changes in a TaskRun it admits.
-enum Admitted {
-    /// An inline-spec TaskRun with its steps injected.
-    Injected(Injection),
-    /// A whole new TaskRun (a referenced Task was inlined).
-    Rewritten(Value),
-}
-
-impl Admitted {
-    /// The admitted object and its patch from `original`, as a diff of the two whole objects:
-    /// render's reference, which the webhook's [`Admitted::into_patch`] must equal (unit test
-    /// and fuzz target).
-    fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
-        let object = match self {
-            Self::Injected(injection) => injection.apply(original.clone()),
-            Self::Rewritten(object) => object,
-        };
-        (patch::diff(original, &object), object)
-    }
-
-    /// The patch from `original`, the same operations as diffing the whole admitted object,
-    /// without building it.
-    fn into_patch(self, original: &Value) -> Vec<Operation> {
-        match self {
-            Self::Injected(injection) => injection.patch(original),
-            Self::Rewritten(object) => patch::diff_owned(original, object),
-        }
-    }
-}
-
-/// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
-/// `volumes` when policies bring or once brought volumes; every other member stays as it is)
-/// and its `bookend.dev/injected` record (`None`: the annotation is removed).
-struct Injection {
-    task_spec_members: Map<String, Value>,
-    record: Option<String>,
-}
-
-impl Injection {
-    /// Sets the members in `task_spec` (an object: [`inject_into`] only injects into those).
-    fn set_members(members: Map<String, Value>, task_spec: &mut Value) {
-        if let Some(spec) = task_spec.as_object_mut() {
-            spec.extend(members);
-        }
-    }
-
-    fn apply(self, mut object: Value) -> Value {
-        Self::set_members(self.task_spec_members, &mut object["spec"]["taskSpec"]);
-        let meta = metadata_mut(&mut object);
-        match self.record {
-            Some(record) => {
-                map_entry(meta, "annotations")
-                    .insert(record::ANNOTATION.to_owned(), Value::String(record));
-            }
-            None => {
-                if let Some(Value::Object(annotations)) = meta.get_mut("annotations") {
-                    annotations.remove(record::ANNOTATION);
-                }
-            }
-        }
-        object
-    }
-
-    /// The operations [`Injection::apply`] amounts to, in the order a diff of the whole
-    /// objects lists them: JSON maps keep their keys sorted, so `metadata` before `spec`.
-    fn patch(self, original: &Value) -> Vec<Operation> {
-        let mut ops = Vec::new();
-        record_ops(original, self.record, &mut ops);
-        let mut path = String::from("/spec/taskSpec");
-        let old_spec = original["spec"]["taskSpec"]
-            .as_object()
-            .expect("injected into an object taskSpec");
-        // Members in key order, as a diff of the whole taskSpec visits them.
-        for (key, value) in self.task_spec_members {
-            patch::diff_member(&mut path, &key, old_spec.get(&key), value, &mut ops);
-        }
-        ops
-    }
-}
-
-/// The operations that set (`Some`) or remove (`None`) the record annotation, as
-/// [`Injection::apply`] does: a missing or non-object `metadata` becomes an object.
-fn record_ops(object: &Value, record: Option<String>, ops: &mut Vec<Operation>) {
-    let record_map = |record: String| {
-        Value::Object(Map::from_iter([(
-            record::ANNOTATION.to_owned(),
-            Value::String(record),
-        )]))
-    };
-    let mut path = String::from("/metadata");
-    let Some(Value::Object(meta)) = object.get("metadata") else {
-        let mut meta = Map::new();
-        if let Some(record) = record {
-            meta.insert("annotations".to_owned(), record_map(record));
-        }
-        let value = Value::Object(meta);
-        ops.push(match object.get("metadata") {
-            Some(_) => Operation::Replace { path, value },
-            None => Operation::Add { path, value },
-        });
-        return;
-    };
-    patch::push_token(&mut path, "annotations");
-    let Some(Value::Object(annotations)) = meta.get("annotations") else {
-        if let Some(record) = record {
-            let value = record_map(record);
-            ops.push(match meta.get("annotations") {
-                Some(_) => Operation::Replace { path, value },
-                None => Operation::Add { path, value },
-            });
-        }
-        return;
-    };
-    patch::push_token(&mut path, record::ANNOTATION);
-    match (annotations.get(record::ANNOTATION), record) {
-        (None, None) => {}
-        (Some(_), None) => ops.push(Operation::Remove { path }),
-        (None, Some(record)) => ops.push(Operation::Add {
-            path,
-            value: Value::String(record),
-        }),
-        (Some(old), Some(record)) => {
-            if old.as_str() != Some(record.as_str()) {
-                ops.push(Operation::Replace {
-                    path,
-                    value: Value::String(record),
-                });
-            }
-        }
-    }
 }
 
 /// The taskSpec's `volumes` (`current`) without those bookend added before and with the applied

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{API_VERSION, StepPolicySpec};
-use super::{Issue, PolicyDoc, PolicyId};
+use super::{Issue, PolicyDoc, PolicyId, PolicySet, Settings};
 
 /// Parses a multi-document YAML (or JSON) stream into JSON values, skipping empty documents.
 /// The error names the document (1-based) that failed.
@@ -67,8 +67,60 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
     Ok(())
 }
 
-/// Loads every policy under `paths`. Returns what parsed, and every problem found.
-pub fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
+/// Policies loaded and built: the set (invalid policies left out) and every problem found.
+#[derive(Debug)]
+pub struct LoadedSet {
+    pub set: PolicySet,
+    pub issues: Vec<Issue>,
+    /// Policies that parsed (valid or not).
+    pub documents: usize,
+}
+
+impl LoadedSet {
+    fn build(docs: Vec<PolicyDoc>, mut issues: Vec<Issue>, settings: Settings) -> Self {
+        let documents = docs.len();
+        let (set, build_issues) = PolicySet::build(docs, settings);
+        issues.extend(build_issues);
+        Self {
+            set,
+            issues,
+            documents,
+        }
+    }
+}
+
+/// Loads, validates and builds the policies in the files and directories `paths`.
+pub fn policy_set(paths: &[PathBuf], settings: Settings) -> LoadedSet {
+    let (docs, issues) = load_paths(paths);
+    LoadedSet::build(docs, issues, settings)
+}
+
+/// Validates and builds the policies in one YAML (or JSON) stream; `source` names it in issues.
+pub fn policy_set_from_yaml(source: &str, text: &str, settings: Settings) -> LoadedSet {
+    let (docs, issues) = parse_policies(source, text);
+    LoadedSet::build(docs, issues, settings)
+}
+
+/// Validates and builds policy objects (from the API server); `source` names them in issues.
+pub fn policy_set_from_objects(source: &str, objects: &[Value], settings: Settings) -> LoadedSet {
+    let mut docs = Vec::new();
+    let mut issues = Vec::new();
+    for object in objects {
+        let label = object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("unnamed")
+            .to_owned();
+        match policy_from_value(source, &label, object.clone()) {
+            Ok(doc) => docs.push(doc),
+            Err(issue) => issues.push(issue),
+        }
+    }
+    LoadedSet::build(docs, issues, settings)
+}
+
+/// Reads every policy under `paths`: what parsed, and every problem found.
+fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
     let files = match policy_files(paths) {
         Ok(f) => f,
         Err(issue) => return (Vec::new(), vec![issue]),

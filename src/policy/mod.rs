@@ -166,6 +166,16 @@ pub enum Verdict {
     Excluded(String),
 }
 
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Matched(why) => write!(f, "matched: {why}"),
+            Self::NotMatched(why) => write!(f, "not matched: {why}"),
+            Self::Excluded(why) => write!(f, "excluded: {why}"),
+        }
+    }
+}
+
 impl Policy {
     fn compile(doc: PolicyDoc, settings: &Settings) -> Result<Self, Vec<Issue>> {
         let policy_name = doc.id.to_string();

@@ -17,21 +17,21 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use tracing::Instrument;
 use tracing::field::Empty;
 
-use super::TestHooks;
-use super::policies::PolicyStore;
-use crate::admission::{self, Endpoint, Summary};
+use super::Review;
+use crate::admission::{Endpoint, Summary};
 use crate::metrics::{self, Metrics};
+use crate::source::PolicySource;
 
 /// The largest AdmissionReview accepted (the API server's own limit is lower).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
 
 /// What the handlers share.
 pub struct AppState {
-    pub policies: Arc<PolicyStore>,
+    pub policies: Arc<dyn PolicySource>,
     pub metrics: Metrics,
     pub ready: AtomicBool,
     pub request_timeout: Duration,
-    pub hooks: TestHooks,
+    pub review: Review,
 }
 
 /// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
@@ -125,12 +125,7 @@ async fn answer(
     };
     let snapshot = state.policies.current();
     let reviewed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        if let Some(marker) = &state.hooks.panic_on
-            && contains(&body, marker)
-        {
-            panic!("test hook: panic requested for this review");
-        }
-        admission::review(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())
+        (state.review)(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())
     }));
     match reviewed {
         Ok(reply) => (
@@ -152,10 +147,6 @@ async fn answer(
             )
         }
     }
-}
-
-fn contains(haystack: &[u8], needle: &[u8]) -> bool {
-    !needle.is_empty() && haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 fn too_large() -> (StatusCode, Vec<u8>, Summary) {

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use bookend::policy::load::load_paths;
+use bookend::policy::load::policy_set;
 use bookend::policy::{PolicySet, Settings};
 
 /// The repository root.
@@ -18,9 +18,7 @@ pub fn tekton_fixtures() -> PathBuf {
 
 /// The policies in `examples/policies`, which must be valid.
 pub fn example_policies() -> PolicySet {
-    let (docs, issues) = load_paths(&[root().join("examples/policies")]);
-    assert!(issues.is_empty(), "{issues:?}");
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
-    set
+    let loaded = policy_set(&[root().join("examples/policies")], Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
 }

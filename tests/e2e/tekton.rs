@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use bookend::engine::{self, Catalog, Outcome, Request};
-use bookend::policy::load::{load_paths, yaml_documents};
-use bookend::policy::{PolicySet, Settings};
+use bookend::policy::Settings;
+use bookend::policy::load::{policy_set, yaml_documents};
 use bookend::tekton::TaskRunView;
 use serde_json::Value;
 
@@ -94,10 +94,12 @@ fn validate_with(dir: &Path, flags: &[&str]) -> BTreeMap<String, Value> {
 
 #[test]
 fn tekton_accepts_what_bookend_emits_and_defaulting_converges() {
-    let (docs, issues) = load_paths(&[crate::root().join("examples/policies")]);
-    assert!(issues.is_empty(), "{issues:?}");
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
+    let loaded = policy_set(
+        &[crate::root().join("examples/policies")],
+        Settings::default(),
+    );
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
 
     let work = tempfile::tempdir().unwrap();
     let (before_dir, after_dir) = (work.path().join("before"), work.path().join("after"));

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use bookend::policy::Settings;
 use bookend::server::tls::TlsFiles;
-use bookend::server::{self, Config, TestHooks};
+use bookend::server::{self, Config, PolicySourceConfig, Review};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -149,7 +149,8 @@ pub struct Options {
     pub policies: Option<Vec<PathBuf>>,
     pub tasks: Vec<PathBuf>,
     pub client_ca: bool,
-    pub hooks: TestHooks,
+    /// How reviews are answered (a test may wrap [`bookend::admission::review`]).
+    pub review: Review,
     pub header_read_timeout: Duration,
     pub request_timeout: Duration,
     pub drain_timeout: Duration,
@@ -162,7 +163,7 @@ impl Default for Options {
             policies: None,
             tasks: Vec::new(),
             client_ca: false,
-            hooks: TestHooks::default(),
+            review: bookend::admission::review,
             header_read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
@@ -198,9 +199,10 @@ impl TestServer {
         std::fs::create_dir_all(&policy_dir).unwrap();
         std::fs::write(policy_dir.join("10-test.yaml"), POLICY).unwrap();
         let config = Config {
-            source: bookend::server::Source::Files,
-            policies: options.policies.unwrap_or_else(|| vec![policy_dir.clone()]),
-            tasks: options.tasks,
+            source: PolicySourceConfig::Files {
+                policies: options.policies.unwrap_or_else(|| vec![policy_dir.clone()]),
+                tasks: options.tasks,
+            },
             settings: Settings::default(),
             tls: TlsFiles {
                 cert: secret.path("tls.crt"),
@@ -213,7 +215,7 @@ impl TestServer {
             request_timeout: options.request_timeout,
             drain_timeout: options.drain_timeout,
             reload_interval: options.reload_interval,
-            test_hooks: options.hooks,
+            review: options.review,
         };
         let bound = server::bind(config).await.expect("server binds");
         let (addr, admin) = (bound.webhook_addr(), bound.admin_addr());

@@ -1,11 +1,11 @@
-//! Kubernetes mode (`bookend serve --source kubernetes`): kube-runtime reflectors keep the
-//! policies, namespaces, Tasks and StepActions in memory, so answering a review never calls the
-//! API server. Policy changes rebuild the [`PolicySet`]; an invalid policy is left out with a
-//! log line, a count and a Kubernetes Event on the policy, and never breaks the others.
+//! `--source kubernetes`: kube-runtime reflectors keep the policies, namespaces, Tasks and
+//! StepActions in memory, so answering a review never calls the API server. Policy changes
+//! rebuild the [`PolicySet`]; an invalid policy is left out with a log line, a count and a
+//! Kubernetes Event on the policy, and never breaks the others.
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -19,11 +19,13 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use crate::engine::{Lookup, TaskObject};
+use super::{PolicySource, Snapshot};
+use crate::engine::Lookup;
 use crate::metrics::Metrics;
-use crate::policy::load::policy_from_value;
+use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{Issue, PolicyDoc, PolicySet, Settings};
+use crate::policy::{Issue, PolicySet, Settings};
+use crate::tekton::TaskObject;
 
 /// Source name used in policy issues from the API server.
 pub const SOURCE: &str = "kubernetes";
@@ -86,42 +88,21 @@ impl Lookup for ClusterLookup {
     }
 }
 
-/// Counters about the cluster source, for readiness and metrics.
-#[derive(Debug, Default)]
-pub struct Status {
-    /// Every cache has synced once and the first policy set is built.
-    pub ready: AtomicBool,
-    /// Policies left out of the current set because they are invalid.
-    pub invalid_policies: AtomicU64,
-    /// Policy-set rebuilds so far.
-    pub rebuilds: AtomicU64,
-    /// Watch errors so far (each is retried with backoff).
-    pub watch_errors: AtomicU64,
+/// What `start` hands to the server: the snapshot the rebuild task swaps, and whether every
+/// cache has synced once.
+pub struct KubernetesSource {
+    current: Arc<ArcSwap<Snapshot>>,
+    ready: Arc<AtomicBool>,
 }
 
-/// What `start` hands to the server.
-pub struct ClusterSource {
-    pub lookup: Arc<ClusterLookup>,
-    pub policies: Arc<ArcSwap<PolicySet>>,
-    pub status: Arc<Status>,
-}
-
-/// Reads policy objects into docs; unreadable ones become issues.
-pub fn policy_docs(objects: &[Value]) -> (Vec<PolicyDoc>, Vec<Issue>) {
-    let mut docs = Vec::new();
-    let mut issues = Vec::new();
-    for object in objects {
-        let label = object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("unnamed")
-            .to_owned();
-        match policy_from_value(SOURCE, &label, object.clone()) {
-            Ok(doc) => docs.push(doc),
-            Err(issue) => issues.push(issue),
-        }
+impl PolicySource for KubernetesSource {
+    fn current(&self) -> Arc<Snapshot> {
+        self.current.load_full()
     }
-    (docs, issues)
+
+    fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
 }
 
 /// Groups issues by the policy they belong to (`Kind/name` or `StepPolicy/ns/name`), as the
@@ -158,60 +139,55 @@ fn policy_key(object: &DynamicObject) -> String {
     }
 }
 
-/// Starts the reflectors and the policy rebuild task. Returns at once; `status.ready` turns
-/// true once every cache has synced and the first policy set is built.
-pub fn start(client: Client, settings: Settings, metrics: Metrics) -> ClusterSource {
+/// Starts the reflectors and the policy rebuild task. Returns at once; the source turns ready
+/// once every cache has synced and the first policy set is built.
+pub fn start(client: Client, settings: Settings, metrics: Metrics) -> KubernetesSource {
     let notify = Arc::new(Notify::new());
-    let status = Arc::new(Status::default());
     let m = &metrics;
 
-    let namespaces =
-        spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, &status, m.clone());
+    let namespaces = spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, m.clone());
     let tasks = spawn_reflector(
         Api::all_with(client.clone(), &task_resource()),
         task_resource(),
         None,
-        &status,
         m.clone(),
     );
     let step_actions = spawn_reflector(
         Api::all_with(client.clone(), &step_action_resource()),
         step_action_resource(),
         None,
-        &status,
         m.clone(),
     );
     let cluster_policies = spawn_reflector(
         Api::all_with(client.clone(), &cluster_policy_resource()),
         cluster_policy_resource(),
         Some(notify.clone()),
-        &status,
         m.clone(),
     );
     let step_policies = spawn_reflector(
         Api::all_with(client.clone(), &step_policy_resource()),
         step_policy_resource(),
         Some(notify.clone()),
-        &status,
         m.clone(),
     );
 
-    let policies = Arc::new(ArcSwap::from_pointee(
-        PolicySet::build(Vec::new(), settings.clone()).0,
-    ));
-    let lookup = Arc::new(ClusterLookup {
+    let lookup: Arc<ClusterLookup> = Arc::new(ClusterLookup {
         namespaces: namespaces.clone(),
         tasks: tasks.clone(),
         step_actions: step_actions.clone(),
     });
+    let current = Arc::new(ArcSwap::from_pointee(Snapshot {
+        set: Arc::new(PolicySet::default()),
+        lookup: lookup.clone(),
+    }));
+    let ready = Arc::new(AtomicBool::new(false));
     let reporter = Reporter {
         controller: "bookend".to_owned(),
         instance: std::env::var("POD_NAME").ok(),
     };
     let recorder = Recorder::new(client, reporter);
 
-    let rebuild_policies = policies.clone();
-    let rebuild_status = status.clone();
+    let (rebuilt, now_ready) = (current.clone(), ready.clone());
     tokio::spawn(async move {
         let synced = async {
             namespaces.wait_until_ready().await?;
@@ -238,38 +214,35 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> ClusterSou
                 .map(|mut v| {
                     // Store objects may lack TypeMeta; the loader wants it.
                     if v.get("kind").is_none() {
-                        let (kind, api) = if v.pointer("/metadata/namespace").is_some() {
-                            ("StepPolicy", crate::policy::api::API_VERSION)
+                        let kind = if v.pointer("/metadata/namespace").is_some() {
+                            "StepPolicy"
                         } else {
-                            ("ClusterStepPolicy", crate::policy::api::API_VERSION)
+                            "ClusterStepPolicy"
                         };
                         v["kind"] = Value::String(kind.to_owned());
-                        v["apiVersion"] = Value::String(api.to_owned());
+                        v["apiVersion"] = Value::String(crate::policy::api::API_VERSION.to_owned());
                     }
                     v
                 })
                 .collect();
-            let (docs, mut issues) = policy_docs(&values);
-            let (set, build_issues) = PolicySet::build(docs, settings.clone());
-            issues.extend(build_issues);
-            let notes = event_notes(&issues);
-            rebuild_status
-                .invalid_policies
-                .store(notes.len() as u64, Ordering::Relaxed);
+            let loaded = policy_set_from_objects(SOURCE, &values, settings.clone());
+            let notes = event_notes(&loaded.issues);
             metrics.set_invalid_policies(notes.len());
-            metrics.set_policies_loaded(set.len());
+            metrics.set_policies_loaded(loaded.set.len());
             metrics.policy_reload(true);
-            rebuild_status.rebuilds.fetch_add(1, Ordering::Relaxed);
-            for issue in &issues {
+            for issue in &loaded.issues {
                 tracing::warn!(%issue, "invalid policy left out");
             }
             tracing::info!(
-                policies = set.len(),
+                policies = loaded.set.len(),
                 invalid = notes.len(),
                 "policy set rebuilt"
             );
-            rebuild_policies.store(Arc::new(set));
-            rebuild_status.ready.store(true, Ordering::Release);
+            rebuilt.store(Arc::new(Snapshot {
+                set: Arc::new(loaded.set),
+                lookup: lookup.clone(),
+            }));
+            now_ready.store(true, Ordering::Release);
 
             for object in &objects {
                 let key = policy_key(object);
@@ -306,18 +279,13 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> ClusterSou
         }
     });
 
-    ClusterSource {
-        lookup,
-        policies,
-        status,
-    }
+    KubernetesSource { current, ready }
 }
 
 fn spawn_reflector<K>(
     api: Api<K>,
     dyntype: K::DynamicType,
     notify: Option<Arc<Notify>>,
-    status: &Arc<Status>,
     metrics: Metrics,
 ) -> Store<K>
 where
@@ -327,7 +295,6 @@ where
     let kind = K::kind(&dyntype).into_owned();
     let writer = reflector::store::Writer::new(dyntype);
     let reader = writer.as_reader();
-    let status = status.clone();
     let stream = reflector::reflector(
         writer,
         watcher(api, watcher::Config::default())
@@ -345,7 +312,6 @@ where
                     }
                 }
                 Err(error) => {
-                    status.watch_errors.fetch_add(1, Ordering::Relaxed);
                     metrics.watch_error();
                     tracing::warn!(%error, %kind, "watch error; retrying with backoff");
                 }
@@ -479,11 +445,9 @@ mod tests {
                    "metadata": {"name": "typo", "namespace": "team-a"},
                    "spec": {"mode": "Enforced"}}),
         ];
-        let (docs, mut issues) = policy_docs(&objects);
-        let (set, more) = PolicySet::build(docs, Settings::default());
-        issues.extend(more);
-        assert_eq!(set.len(), 1);
-        let notes = event_notes(&issues);
+        let loaded = policy_set_from_objects(SOURCE, &objects, Settings::default());
+        assert_eq!(loaded.set.len(), 1);
+        let notes = event_notes(&loaded.issues);
         assert_eq!(notes.len(), 2);
         assert!(
             notes["ClusterStepPolicy/bad"]

@@ -1,65 +1,19 @@
-//! The command line: `serve`, `render`, `validate`, `certs`, `crds`. Offline commands run the
-//! same engine as the webhook.
+//! `bookend render`: apply the policies to the TaskRuns in a file, exactly as the webhook would.
 
 use std::io::{Read, Write};
-use std::path::PathBuf;
-use std::process::ExitCode;
+use std::path::{Path, PathBuf};
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, ValueEnum};
 use serde_json::Value;
 
-use crate::engine::{self, Catalog, Lookup, Outcome, Request, TaskObject};
-use crate::policy::load::{load_paths, yaml_documents};
+use super::{EngineArgs, exit};
+use crate::engine::{self, Catalog, Lookup, Outcome, Request};
+use crate::patch::Operation;
+use crate::policy::load::{policy_set, yaml_documents};
 use crate::policy::select::Labels;
-use crate::policy::{PolicySet, Settings, Verdict};
-use crate::tekton::TaskRunView;
-
-/// Org-wide pre-steps and post-steps for Tekton TaskRuns, enforced at admission.
-#[derive(Parser, Debug)]
-#[command(name = "bookend", version, about)]
-pub struct Cli {
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-#[derive(Subcommand, Debug)]
-pub enum Command {
-    /// Run the admission webhook (HTTPS) and the admin endpoints (HTTP).
-    Serve(crate::server::ServeArgs),
-    /// Apply the policies to the TaskRuns in a file, exactly as the webhook would.
-    Render(RenderArgs),
-    /// Check policies; prints `file: policy: field.path: message` for each problem.
-    Validate(ValidateArgs),
-    /// Write a development CA and serving certificate.
-    Certs(crate::certs::CertsArgs),
-    /// Print the CustomResourceDefinitions of the policy kinds.
-    Crds,
-}
-
-/// Settings shared by every command that runs the engine.
-#[derive(Args, Debug, Clone)]
-pub struct EngineArgs {
-    /// Step-name prefix reserved for injected steps.
-    #[arg(long, default_value = crate::policy::DEFAULT_PREFIX, env = "BOOKEND_RESERVED_PREFIX")]
-    pub reserved_prefix: String,
-    /// Image of the gate and verdict steps of `postStepsRun: Always` (needs /bin/sh).
-    #[arg(long, default_value = crate::policy::DEFAULT_HELPER_IMAGE, env = "BOOKEND_HELPER_IMAGE")]
-    pub helper_image: String,
-    /// User of Tekton's controller: its dry-run Task CREATEs (remote Task resolution) get the
-    /// steps of policies whose criteria are all namespace-level.
-    #[arg(long, default_value = crate::policy::DEFAULT_TEKTON_CONTROLLER, env = "BOOKEND_TEKTON_CONTROLLER")]
-    pub tekton_controller: String,
-}
-
-impl EngineArgs {
-    pub fn settings(&self) -> Settings {
-        Settings {
-            prefix: self.reserved_prefix.clone(),
-            helper_image: self.helper_image.clone(),
-            tekton_controller: self.tekton_controller.clone(),
-        }
-    }
-}
+use crate::policy::{PolicySet, Settings};
+use crate::source::files::load_catalog;
+use crate::tekton::{TaskObject, TaskRunView};
 
 #[derive(Args, Debug)]
 pub struct RenderArgs {
@@ -100,15 +54,6 @@ pub enum OutputFormat {
     Patch,
 }
 
-#[derive(Args, Debug)]
-pub struct ValidateArgs {
-    /// Policy file or directory (repeatable).
-    #[arg(long, required = true)]
-    pub policies: Vec<PathBuf>,
-    #[command(flatten)]
-    pub engine: EngineArgs,
-}
-
 fn parse_labels(text: &str) -> Result<Labels, String> {
     let mut labels = Labels::new();
     for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -120,99 +65,21 @@ fn parse_labels(text: &str) -> Result<Labels, String> {
     Ok(labels)
 }
 
-/// Exit codes shared by the offline commands.
-pub mod exit {
-    pub const OK: u8 = 0;
-    /// A TaskRun was denied, or a policy is invalid.
-    pub const DENIED: u8 = 1;
-    /// Bad input or usage.
-    pub const USAGE: u8 = 2;
-}
-
-/// Entry point of the binary.
-pub fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
-        Ok(cli) => cli,
-        Err(e) => {
-            let _ = e.print();
-            return ExitCode::from(if e.use_stderr() {
-                exit::USAGE
-            } else {
-                exit::OK
-            });
-        }
-    };
-    match cli.command {
-        Command::Serve(args) => crate::server::main(args),
-        Command::Render(args) => ExitCode::from(render(&args)),
-        Command::Validate(args) => ExitCode::from(validate(&args)),
-        Command::Certs(args) => crate::certs::main(&args),
-        Command::Crds => {
-            let yaml = crate::policy::api::crds_yaml();
-            // A closed pipe (`bookend crds | head`) is not an error worth a panic.
-            let _ = std::io::stdout().lock().write_all(yaml.as_bytes());
-            ExitCode::SUCCESS
-        }
-    }
-}
-
-fn validate(args: &ValidateArgs) -> u8 {
-    let (docs, mut issues) = load_paths(&args.policies);
-    let count = docs.len();
-    let (set, build_issues) = PolicySet::build(docs, args.engine.settings());
-    issues.extend(build_issues);
-    if issues.is_empty() {
-        println!(
-            "valid: {} {}",
-            set.len(),
-            plural(set.len(), "policy", "policies")
-        );
-        exit::OK
-    } else {
-        for issue in &issues {
-            println!("{issue}");
-        }
-        eprintln!(
-            "invalid: {} {} in {count} {}",
-            issues.len(),
-            plural(issues.len(), "problem", "problems"),
-            plural(count, "policy", "policies")
-        );
-        exit::DENIED
-    }
-}
-
-fn plural<'a>(n: usize, one: &'a str, many: &'a str) -> &'a str {
-    if n == 1 { one } else { many }
-}
-
 /// Loads policies for an offline command; problems are printed and mean exit 2.
-pub fn load_policy_set(paths: &[PathBuf], settings: Settings) -> Result<PolicySet, u8> {
-    let (docs, mut issues) = load_paths(paths);
-    let (set, build_issues) = PolicySet::build(docs, settings);
-    issues.extend(build_issues);
-    if issues.is_empty() {
-        return Ok(set);
+fn load_policies(paths: &[PathBuf], settings: Settings) -> Result<PolicySet, u8> {
+    let loaded = policy_set(paths, settings);
+    if loaded.issues.is_empty() {
+        return Ok(loaded.set);
     }
-    for issue in &issues {
+    for issue in &loaded.issues {
         eprintln!("{issue}");
     }
     eprintln!("error: the policies are invalid (see `bookend validate`)");
     Err(exit::USAGE)
 }
 
-/// Reads Task, StepAction and Namespace objects from files or directories.
-pub fn load_catalog(paths: &[PathBuf], catalog: &mut Catalog) -> Result<(), String> {
-    let files = crate::policy::load::policy_files(paths).map_err(|i| i.to_string())?;
-    for file in files {
-        let text = std::fs::read_to_string(&file)
-            .map_err(|e| format!("{}: cannot read: {e}", file.display()))?;
-        let docs = yaml_documents(&text).map_err(|e| format!("{}: {e}", file.display()))?;
-        catalog.add_objects(&docs, "default");
-    }
-    Ok(())
-}
-
+/// The catalog, with the namespace labels of `--namespace-labels` winning over any Namespace
+/// object.
 struct RenderLookup<'a> {
     catalog: &'a Catalog,
     labels: Option<&'a Labels>,
@@ -234,30 +101,28 @@ impl Lookup for RenderLookup<'_> {
     }
 }
 
-fn render(args: &RenderArgs) -> u8 {
-    let set = match load_policy_set(&args.policies, args.engine.settings()) {
+/// Exit 0 when every TaskRun is admitted, 1 when one is denied, 2 on bad input.
+pub(super) fn run(args: &RenderArgs) -> u8 {
+    let set = match load_policies(&args.policies, args.engine.settings()) {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let text = match read_input(&args.file) {
-        Ok(t) => t,
+    let docs = match read_input(&args.file)
+        .and_then(|text| yaml_documents(&text).map_err(|e| format!("{}: {e}", args.file.display())))
+    {
+        Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
             return exit::USAGE;
         }
     };
-    let docs = match yaml_documents(&text) {
-        Ok(d) => d,
+    let mut catalog = match load_catalog(&args.tasks) {
+        Ok(c) => c,
         Err(e) => {
-            eprintln!("error: {}: {e}", args.file.display());
+            eprintln!("error: {e}");
             return exit::USAGE;
         }
     };
-    let mut catalog = Catalog::default();
-    if let Err(e) = load_catalog(&args.tasks, &mut catalog) {
-        eprintln!("error: {e}");
-        return exit::USAGE;
-    }
     let default_ns = args.namespace.as_deref().unwrap_or("default");
     catalog.add_objects(&docs, default_ns);
     let lookup = RenderLookup {
@@ -289,12 +154,7 @@ fn render(args: &RenderArgs) -> u8 {
         if args.explain {
             eprintln!("{label}:");
             for e in engine::explain(request, &set, &lookup) {
-                let (word, why) = match &e.verdict {
-                    Verdict::Matched(w) => ("matched", w),
-                    Verdict::NotMatched(w) => ("not matched", w),
-                    Verdict::Excluded(w) => ("excluded", w),
-                };
-                eprintln!("  {} ({:?}): {word}: {why}", e.policy, e.mode);
+                eprintln!("  {} ({:?}): {}", e.policy, e.mode, e.verdict);
             }
         }
         let decision = engine::decide(request, &set, &lookup);
@@ -333,7 +193,7 @@ fn render(args: &RenderArgs) -> u8 {
     code
 }
 
-fn read_input(path: &PathBuf) -> Result<String, String> {
+fn read_input(path: &Path) -> Result<String, String> {
     if path.as_os_str() == "-" {
         let mut text = String::new();
         std::io::stdin()
@@ -348,7 +208,7 @@ fn read_input(path: &PathBuf) -> Result<String, String> {
 fn write_output(
     format: OutputFormat,
     outputs: &[Value],
-    patches: &[Vec<crate::patch::Operation>],
+    patches: &[Vec<Operation>],
 ) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -391,11 +251,5 @@ mod tests {
         assert_eq!(l.get("tier").map(String::as_str), Some("gold"));
         assert!(parse_labels("novalue").is_err());
         assert!(parse_labels("").unwrap().is_empty());
-    }
-
-    #[test]
-    fn cli_definition_is_consistent() {
-        use clap::CommandFactory;
-        Cli::command().debug_assert();
     }
 }

@@ -1,0 +1,242 @@
+//! `bookend serve`: flags → [`server::Config`], then run the server until SIGTERM/SIGINT.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+use super::{EngineArgs, exit};
+use crate::server::tls::TlsFiles;
+use crate::server::{self, Config, PolicySourceConfig};
+use crate::telemetry::LogFormat;
+
+/// `--source`: where policies (and Tasks, namespaces) come from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SourceArg {
+    /// Policy files and directories (`--policies`), reloaded when they change.
+    Files,
+    /// ClusterStepPolicy/StepPolicy objects from the API server (in-cluster or KUBECONFIG).
+    Kubernetes,
+}
+
+const DEFAULT_TLS_CERT: &str = "certs/tls.crt";
+const DEFAULT_TLS_KEY: &str = "certs/tls.key";
+
+/// `bookend serve` options.
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Policy file or directory (repeatable; files mode).
+    #[arg(long, value_name = "PATH", default_value = "examples/policies")]
+    pub policies: Vec<PathBuf>,
+    /// Serving certificate (PEM). With the default paths missing, a dev pair is generated.
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_CERT)]
+    pub tls_cert: PathBuf,
+    /// Serving key (PEM).
+    #[arg(long, value_name = "FILE", default_value = DEFAULT_TLS_KEY)]
+    pub tls_key: PathBuf,
+    /// CA bundle (PEM): when set, clients must present a certificate signed by it.
+    #[arg(long, value_name = "FILE")]
+    pub client_ca: Option<PathBuf>,
+    /// Webhook (HTTPS) listen address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8443")]
+    pub listen: SocketAddr,
+    /// Admin (HTTP: /livez, /readyz, /metrics) listen address.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:8080")]
+    pub admin_listen: SocketAddr,
+    /// Where policies come from.
+    #[arg(long, value_enum, default_value_t = SourceArg::Files)]
+    pub source: SourceArg,
+    /// Task, StepAction and Namespace objects for resolving refs (files mode; repeatable).
+    #[arg(long, value_name = "PATH")]
+    pub tasks: Vec<PathBuf>,
+    /// Log format.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = LogFormat::Text, env = "BOOKEND_LOG_FORMAT")]
+    pub log_format: LogFormat,
+    /// Log filter: a level (`info`, `debug`) or directives (`bookend=debug,hyper=info`).
+    /// `RUST_LOG` wins when set.
+    #[arg(
+        long,
+        value_name = "FILTER",
+        default_value = "info",
+        env = "BOOKEND_LOG_LEVEL"
+    )]
+    pub log_level: String,
+    /// Time allowed for the TLS handshake and for each request's headers (`500ms`, `5s`, `1m`).
+    #[arg(long, default_value = "5s", value_name = "DURATION", value_parser = parse_duration)]
+    pub header_read_timeout: Duration,
+    /// Time allowed to receive a request body; slower clients get 408. Keep it below the
+    /// webhook configuration's `timeoutSeconds`.
+    #[arg(long, default_value = "10s", value_name = "DURATION", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.
+    #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
+    pub drain_timeout: Duration,
+    /// How often the certificate, key, policy and task files are checked for changes.
+    #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
+    pub reload_interval: Duration,
+    #[command(flatten)]
+    pub engine: EngineArgs,
+}
+
+/// Parses `250ms`, `5s`, `2m` or a bare number of seconds.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 5s or 1m"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        _ => return Err(format!("{text:?}: unit must be ms, s or m")),
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// A flag whose file cannot be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{flag} {}: cannot read: {source}", path.display())]
+pub struct Unreadable {
+    flag: &'static str,
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
+impl ServeArgs {
+    /// The server's configuration; certificate, key and client CA must be readable.
+    pub fn config(&self) -> Result<Config, Unreadable> {
+        let readable = |flag, path: &Path| {
+            std::fs::File::open(path)
+                .map(drop)
+                .map_err(|source| Unreadable {
+                    flag,
+                    path: path.to_owned(),
+                    source,
+                })
+        };
+        readable("--tls-cert", &self.tls_cert)?;
+        readable("--tls-key", &self.tls_key)?;
+        if let Some(ca) = &self.client_ca {
+            readable("--client-ca", ca)?;
+        }
+        Ok(Config {
+            source: match self.source {
+                SourceArg::Files => PolicySourceConfig::Files {
+                    policies: self.policies.clone(),
+                    tasks: self.tasks.clone(),
+                },
+                SourceArg::Kubernetes => PolicySourceConfig::Kubernetes,
+            },
+            settings: self.engine.settings(),
+            tls: TlsFiles {
+                cert: self.tls_cert.clone(),
+                key: self.tls_key.clone(),
+                client_ca: self.client_ca.clone(),
+            },
+            listen: self.listen,
+            admin_listen: self.admin_listen,
+            header_read_timeout: self.header_read_timeout,
+            request_timeout: self.request_timeout,
+            drain_timeout: self.drain_timeout,
+            reload_interval: self.reload_interval.max(Duration::from_millis(50)),
+            review: crate::admission::review,
+        })
+    }
+}
+
+/// When `--tls-cert` and `--tls-key` are the defaults and both files are missing, writes a
+/// development CA and serving pair into `certs/` (for localhost, 127.0.0.1, ::1 and the
+/// listen address). Returns the CA path when it did.
+fn ensure_dev_certificate(args: &ServeArgs) -> Result<Option<PathBuf>, crate::certs::CertsError> {
+    let defaults =
+        args.tls_cert == Path::new(DEFAULT_TLS_CERT) && args.tls_key == Path::new(DEFAULT_TLS_KEY);
+    if !defaults || args.tls_cert.exists() || args.tls_key.exists() {
+        return Ok(None);
+    }
+    let mut hosts = vec![
+        "localhost".to_owned(),
+        "127.0.0.1".to_owned(),
+        "::1".to_owned(),
+    ];
+    let ip = args.listen.ip();
+    if !ip.is_unspecified() && !hosts.contains(&ip.to_string()) {
+        hosts.push(ip.to_string());
+    }
+    let dir = args.tls_cert.parent().unwrap_or(Path::new("."));
+    let written = crate::certs::generate(dir, &hosts, 365)?;
+    Ok(Some(written.ca_cert))
+}
+
+/// Why `serve` could not start: each message names the flag to fix.
+#[derive(Debug, thiserror::Error)]
+enum StartError {
+    #[error("cannot generate the development certificate: {0}")]
+    DevCertificate(#[from] crate::certs::CertsError),
+    #[error(transparent)]
+    Unreadable(#[from] Unreadable),
+    #[error(transparent)]
+    Server(#[from] server::Error),
+}
+
+async fn start(args: &ServeArgs) -> Result<(), StartError> {
+    if let Some(ca) = ensure_dev_certificate(args)? {
+        tracing::info!(
+            ca = %ca.display(),
+            cert = %args.tls_cert.display(),
+            key = %args.tls_key.display(),
+            "no certificate at the default paths: generated a development CA and serving certificate (trust the CA to call the webhook)"
+        );
+    }
+    server::run(args.config()?).await?;
+    Ok(())
+}
+
+/// Exit 0 after a clean shutdown, 2 when the server cannot start.
+pub(super) fn run(args: &ServeArgs) -> u8 {
+    crate::telemetry::init(args.log_format, &args.log_level);
+    std::panic::set_hook(Box::new(|info| {
+        tracing::error!(panic = %info, "panic");
+    }));
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return exit::USAGE;
+        }
+    };
+    let code = match runtime.block_on(start(args)) {
+        Ok(()) => exit::OK,
+        Err(e) => {
+            eprintln!("error: {e}");
+            exit::USAGE
+        }
+    };
+    // Connection tasks past the drain timeout are dropped here.
+    runtime.shutdown_timeout(Duration::from_millis(100));
+    code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("500ms").unwrap(), Duration::from_millis(500));
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
+        assert!(parse_duration("5h").is_err());
+        assert!(parse_duration("soon").is_err());
+    }
+}

@@ -1,0 +1,117 @@
+//! What bookend changes in a TaskRun it admits, and the two ways of writing it down: the whole
+//! admitted object (render) or only the patch (the webhook, which never builds the object).
+
+use serde_json::{Map, Value};
+
+use super::record;
+use crate::patch::{self, Operation};
+
+/// What bookend changes in a TaskRun it admits.
+pub(super) enum Admitted {
+    /// An inline-spec TaskRun with its steps injected.
+    Injected(Injection),
+    /// A whole new TaskRun (a referenced Task was inlined).
+    Rewritten(Value),
+}
+
+impl Admitted {
+    /// The admitted object and its patch from `original`, as a diff of the two whole objects:
+    /// render's reference, which the webhook's [`Admitted::into_patch`] must equal (unit test
+    /// and fuzz target).
+    pub(super) fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
+        let object = match self {
+            Self::Injected(injection) => injection.apply(original.clone()),
+            Self::Rewritten(object) => object,
+        };
+        (patch::diff(original, &object), object)
+    }
+
+    /// The patch from `original`, the same operations as diffing the whole admitted object,
+    /// without building it.
+    pub(super) fn into_patch(self, original: &Value) -> Vec<Operation> {
+        match self {
+            Self::Injected(injection) => injection.patch(original),
+            Self::Rewritten(object) => patch::diff_owned(original, object),
+        }
+    }
+}
+
+/// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
+/// `volumes` when policies bring or once brought volumes; every other member stays as it is)
+/// and its `bookend.dev/injected` record (`None`: the annotation is removed).
+pub(super) struct Injection {
+    pub(super) task_spec_members: Map<String, Value>,
+    pub(super) record: Option<String>,
+}
+
+impl Injection {
+    /// Sets the members in `task_spec` (an object: the engine only injects into those).
+    pub(super) fn set_members(members: Map<String, Value>, task_spec: &mut Value) {
+        if let Some(spec) = task_spec.as_object_mut() {
+            spec.extend(members);
+        }
+    }
+
+    /// The TaskRun with the members and the record set.
+    pub(super) fn apply(self, mut object: Value) -> Value {
+        Self::set_members(self.task_spec_members, &mut object["spec"]["taskSpec"]);
+        set_record(&mut object, self.record);
+        object
+    }
+
+    /// The operations [`Injection::apply`] amounts to, in the order a diff of the whole
+    /// objects lists them (maps keep their keys sorted: `metadata` before `spec`).
+    fn patch(self, original: &Value) -> Vec<Operation> {
+        let mut ops = Vec::new();
+        patch::set_at(
+            original,
+            &["metadata", "annotations", record::ANNOTATION],
+            self.record.map(Value::String),
+            &mut ops,
+        );
+        let old_spec = original["spec"]["taskSpec"]
+            .as_object()
+            .expect("injected into an object taskSpec");
+        let mut path = patch::pointer(&["spec", "taskSpec"]);
+        // Members in key order, as a diff of the whole taskSpec visits them.
+        for (key, value) in self.task_spec_members {
+            patch::diff_member(&mut path, &key, old_spec.get(&key), value, &mut ops);
+        }
+        ops
+    }
+}
+
+/// Sets (`Some`) or removes (`None`) the `bookend.dev/injected` record of an object.
+pub(super) fn set_record(object: &mut Value, record: Option<String>) {
+    match record {
+        Some(record) => set_metadata_entry(object, "annotations", record::ANNOTATION, record),
+        None => {
+            if let Some(Value::Object(annotations)) = object
+                .get_mut("metadata")
+                .and_then(|m| m.get_mut("annotations"))
+            {
+                annotations.remove(record::ANNOTATION);
+            }
+        }
+    }
+}
+
+/// Sets `metadata.<map>.<key>` (`map`: `labels` or `annotations`), making `metadata` and the
+/// map objects where they are missing or not objects.
+pub(super) fn set_metadata_entry(object: &mut Value, map: &str, key: &str, value: String) {
+    let Some(obj) = object.as_object_mut() else {
+        return;
+    };
+    let meta = object_entry(obj, "metadata");
+    object_entry(meta, map).insert(key.to_owned(), Value::String(value));
+}
+
+fn object_entry<'a>(map: &'a mut Map<String, Value>, key: &str) -> &'a mut Map<String, Value> {
+    let entry = map.entry(key).or_insert_with(|| Value::Object(Map::new()));
+    if !entry.is_object() {
+        *entry = Value::Object(Map::new());
+    }
+    entry
+        .as_object_mut()
+        .expect("entry was just made an object")
+}
