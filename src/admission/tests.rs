@@ -1,11 +1,11 @@
 use super::*;
 use crate::engine::Catalog;
 use crate::policy::Settings;
-use crate::policy::load::parse_policies;
+use crate::policy::load::policy_set_from_yaml;
 use serde_json::json;
 
 fn set() -> PolicySet {
-    let (docs, issues) = parse_policies(
+    let loaded = policy_set_from_yaml(
         "t.yaml",
         r#"
 apiVersion: bookend.dev/v1alpha1
@@ -14,9 +14,10 @@ metadata: {name: creds}
 spec:
   preSteps: [{name: bookend-creds, image: alpine}]
 "#,
+        Settings::default(),
     );
-    assert!(issues.is_empty());
-    PolicySet::build(docs, Settings::default()).0
+    assert!(loaded.issues.is_empty());
+    loaded.set
 }
 
 fn review_body(operation: &str, object: Value, dry_run: bool) -> Vec<u8> {

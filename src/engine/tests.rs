@@ -1,15 +1,14 @@
+use super::record::{INLINED_ANNOTATION, Record};
 use super::*;
-use crate::policy::load::parse_policies;
+use crate::policy::load::policy_set_from_yaml;
 use crate::policy::{PolicySet, Settings};
 use serde_json::json;
 
 /// A policy set from YAML; panics on any issue (tests write valid policies unless they say so).
 pub(crate) fn policies(yaml: &str) -> PolicySet {
-    let (docs, issues) = parse_policies("test.yaml", yaml);
-    assert!(issues.is_empty(), "{issues:?}");
-    let (set, issues) = PolicySet::build(docs, Settings::default());
-    assert!(issues.is_empty(), "{issues:?}");
-    set
+    let loaded = policy_set_from_yaml("test.yaml", yaml, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
 }
 
 const PRE_POST: &str = r#"

@@ -147,7 +147,7 @@ fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
 }
 
 /// Parses every policy in one YAML stream. `List` objects are unpacked.
-pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
+fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
     let values = match yaml_documents(text) {
         Ok(v) => v,
         Err(message) => {

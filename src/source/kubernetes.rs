@@ -400,12 +400,13 @@ mod tests {
 
     #[test]
     fn cached_tasks_are_inlined_and_signed_ones_refused() {
-        let (docs, issues) = crate::policy::load::parse_policies(
+        let loaded = crate::policy::load::policy_set_from_yaml(
             "t.yaml",
             "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: p}\nspec:\n  preSteps: [{name: bookend-p, image: alpine}]\n",
+            Settings::default(),
         );
-        assert!(issues.is_empty());
-        let set = PolicySet::build(docs, Settings::default()).0;
+        assert!(loaded.issues.is_empty());
+        let set = loaded.set;
         let l = lookup();
         let run = |task: &str| {
             let object = json!({"apiVersion": "tekton.dev/v1beta1", "kind": "TaskRun",

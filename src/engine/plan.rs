@@ -1,0 +1,335 @@
+//! Working out the admitted TaskRun for the policies that apply: inline a referenced Task or
+//! skip/deny it, strip and inject steps, merge volumes, check Tekton's rules.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Value};
+
+use super::admitted::{Admitted, Injection, set_metadata_entry};
+use super::canonical::canonical;
+use super::inject::{self, ParamValues, StepKind};
+use super::lookup::Lookup;
+use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
+use super::{Denial, check};
+use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy};
+use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
+
+/// Where the TaskRun is created, and what else bookend can look up there.
+pub struct Context<'a> {
+    pub namespace: &'a str,
+    pub lookup: &'a dyn Lookup,
+}
+
+pub(super) struct Plan {
+    /// `Ok(Some(admitted))` to admit changed, `Ok(None)` to admit unchanged.
+    pub(super) outcome: Result<Option<Admitted>, Denial>,
+    pub(super) warnings: Vec<String>,
+}
+
+/// Works out the admitted object for a set of applied policies (in evaluation order).
+pub(super) fn plan(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    applied: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+) -> Plan {
+    let mut warnings = Vec::new();
+    let outcome = match view.task_source() {
+        TaskSource::Inline => inject_into(
+            view.object,
+            view.api_version,
+            applied,
+            set,
+            &Context { namespace, lookup },
+            &mut warnings,
+        )
+        .map(|injection| injection.map(Admitted::Injected)),
+        TaskSource::LocalRef { name } => {
+            plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
+                .map(|object| object.map(Admitted::Rewritten))
+        }
+        TaskSource::RemoteRef { resolver } => {
+            match applied
+                .iter()
+                .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
+            {
+                Some(p) => Err(Denial::policy(
+                    p,
+                    format!(
+                        "spec.taskRef: the Task comes from the {resolver:?} resolver, so bookend cannot inject its steps, and the policy sets remoteTaskRef: Deny; use an inline taskSpec or a Task in the namespace"
+                    ),
+                )),
+                None => {
+                    if !applied.is_empty() {
+                        warnings.push(format!(
+                            "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip)",
+                            ids(applied)
+                        ));
+                    }
+                    Ok(None)
+                }
+            }
+        }
+        TaskSource::CustomTask { .. } | TaskSource::Missing => Ok(None),
+    };
+    Plan { outcome, warnings }
+}
+
+fn ids(policies: &[&Policy]) -> String {
+    policies
+        .iter()
+        .map(|p| p.id.to_string())
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn plan_local_ref(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    task_name: &str,
+    applied: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Value>, Denial> {
+    if let Some(p) = applied
+        .iter()
+        .find(|p| p.spec.task_ref == TaskRefPolicy::Deny)
+    {
+        return Err(Denial::policy(
+            p,
+            format!(
+                "spec.taskRef.name: TaskRuns that reference a Task ({task_name:?}) are refused by this policy (taskRef: Deny); use an inline taskSpec"
+            ),
+        ));
+    }
+    let (inline, skip): (Vec<&Policy>, Vec<&Policy>) = applied
+        .iter()
+        .partition(|p| p.spec.task_ref == TaskRefPolicy::Inline);
+    if !skip.is_empty() {
+        warnings.push(format!(
+            "bookend: TaskRun references Task {task_name}; not injected: {} (taskRef: Skip)",
+            ids(&skip)
+        ));
+    }
+    let Some(first) = inline.first() else {
+        return Ok(None);
+    };
+    let Some(task) = lookup.task(namespace, task_name) else {
+        return Err(Denial::policy(
+            first,
+            format!(
+                "spec.taskRef.name: Task {task_name:?} was not found in namespace {namespace}, and bookend must inline it to inject the policy's steps (taskRef: Inline); create the Task before the TaskRun, or set taskRef: Skip on the policy"
+            ),
+        ));
+    };
+    if task.signed {
+        if let Some(p) = inline
+            .iter()
+            .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
+        {
+            return Err(Denial::policy(
+                p,
+                format!(
+                    "spec.taskRef.name: Task {task_name:?} carries a trusted-resources signature; inlining it would bypass signature verification, so bookend will not inject into it (remoteTaskRef: Deny)"
+                ),
+            ));
+        }
+        warnings.push(format!(
+            "bookend: Task {task_name} is signed (trusted resources); inlining would bypass verification, so it was not inlined; not injected: {}",
+            ids(&inline)
+        ));
+        return Ok(None);
+    }
+    let mut object = view.object.clone();
+    let spec = object
+        .get_mut("spec")
+        .and_then(Value::as_object_mut)
+        .expect("a taskRef TaskRun has a spec");
+    spec.remove("taskRef");
+    let task_spec = match task.api_version {
+        ApiVersion::V1 => task.spec.clone(),
+        ApiVersion::V1beta1 => tekton::task_spec_to_v1(task.spec.clone()),
+    };
+    spec.insert(
+        "taskSpec".to_owned(),
+        tekton::convert_task_spec(task_spec, view.api_version),
+    );
+    set_metadata_entry(&mut object, "labels", tekton::TASK_LABEL, task.name.clone());
+    let origin = match &task.resource_version {
+        Some(rv) => format!("{}@{rv}", task.name),
+        None => task.name.clone(),
+    };
+    set_metadata_entry(&mut object, "annotations", INLINED_ANNOTATION, origin);
+    let injection = inject_into(
+        &object,
+        view.api_version,
+        &inline,
+        set,
+        &Context { namespace, lookup },
+        warnings,
+    )?;
+    Ok(Some(match injection {
+        Some(injection) => injection.apply(object),
+        None => object,
+    }))
+}
+
+/// Strips and injects into an inline-spec TaskRun. `Ok(None)`: nothing to change.
+pub(super) fn inject_into(
+    object: &Value,
+    version: ApiVersion,
+    applied: &[&Policy],
+    set: &PolicySet,
+    context: &Context<'_>,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Injection>, Denial> {
+    let view = TaskRunView {
+        object,
+        api_version: version,
+    };
+    let Some(task_spec) = view.task_spec().filter(|t| t.is_object()) else {
+        return Ok(None);
+    };
+    let steps = view.steps();
+    let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let settings = set.settings();
+    let touches_prefix = steps
+        .iter()
+        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str())));
+    if applied.is_empty() && !touches_prefix && record.is_none() {
+        return Ok(None);
+    }
+    let stripped = inject::strip(steps, set, record.as_ref(), version)?;
+    warnings.extend(stripped.warnings);
+    if stripped.user.is_empty() {
+        // Tekton refuses a Task without steps of its own; bookend does not make it valid.
+        return Ok(None);
+    }
+
+    let empty = Vec::new();
+    let run_params = view
+        .spec()
+        .and_then(|s| s.get("params"))
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let spec_params = task_spec
+        .get("params")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let composed = inject::compose(
+        stripped.user,
+        applied,
+        settings,
+        version,
+        &ParamValues {
+            run_params,
+            spec_params,
+        },
+    );
+    let mut final_steps = composed.steps;
+    // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
+    // have re-serialised them), so a second pass yields no patch. Looked up by name through a
+    // map (the first step of each name): long TaskRuns have hundreds of steps and gates.
+    let existing_by_name: HashMap<&str, &Value> = steps
+        .iter()
+        .rev()
+        .filter_map(|s| Some((tekton::step_name(s)?, s)))
+        .collect();
+    for (step, kind) in final_steps.iter_mut().zip(&composed.kinds) {
+        if matches!(kind, StepKind::User(_)) {
+            continue;
+        }
+        if let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n))
+            && canonical(existing) == canonical(step)
+        {
+            *step = (*existing).clone();
+        }
+    }
+
+    let volumes = merge_volumes(task_spec.get("volumes"), applied, set, record.as_ref())?;
+    check::check(
+        task_spec,
+        &final_steps,
+        &composed.kinds,
+        applied,
+        run_params,
+        context,
+    )?;
+    // Only the taskSpec members bookend sets: the others (params, workspaces, results, ...)
+    // are neither copied nor compared.
+    let mut task_spec_members = Map::new();
+    task_spec_members.insert("steps".to_owned(), Value::Array(final_steps));
+    if let Some(volumes) = volumes {
+        task_spec_members.insert("volumes".to_owned(), volumes);
+    }
+    let record = Record {
+        policies: applied
+            .iter()
+            .map(|p| RecordEntry {
+                policy: p.id.to_string(),
+                hash: p.hash.clone(),
+                steps: p.step_names().map(str::to_owned).collect(),
+                volumes: p.spec.volumes.iter().map(|v| v.name.clone()).collect(),
+            })
+            .collect(),
+        helpers: composed.helpers,
+        continued: composed.continued,
+    };
+    Ok(Some(Injection {
+        task_spec_members,
+        record: (!record.is_empty()).then(|| record.to_json()),
+    }))
+}
+
+/// The taskSpec's `volumes` (`current`) without those bookend added before and with the applied
+/// policies' volumes; `None` when there were none and none are needed. A user volume with a
+/// policy volume's name is a denial.
+fn merge_volumes(
+    current: Option<&Value>,
+    applied: &[&Policy],
+    set: &PolicySet,
+    record: Option<&Record>,
+) -> Result<Option<Value>, Denial> {
+    let existing: &[Value] = current
+        .and_then(Value::as_array)
+        .map(Vec::as_slice)
+        .unwrap_or(&[]);
+    let is_ours = |v: &Value| {
+        let Some(name) = v.get("name").and_then(Value::as_str) else {
+            return false;
+        };
+        record.is_some_and(|r| r.has_volume(name))
+            || set.volume_owner(name).is_some_and(|p| {
+                p.volumes
+                    .iter()
+                    .any(|pv| pv.get("name") == v.get("name") && canonical(pv) == canonical(v))
+            })
+    };
+    let mut volumes: Vec<Value> = existing.iter().filter(|v| !is_ours(v)).cloned().collect();
+    for policy in applied {
+        for volume in &policy.volumes {
+            let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Some(i) = volumes
+                .iter()
+                .position(|v| v.get("name").and_then(Value::as_str) == Some(name))
+            {
+                return Err(Denial::policy(
+                    policy,
+                    format!(
+                        "spec.taskSpec.volumes[{i}].name: multiple volumes with same name {name:?}: the TaskRun defines a volume the policy injects; rename the TaskRun's volume"
+                    ),
+                ));
+            }
+            let keep = existing
+                .iter()
+                .find(|v| v.get("name") == volume.get("name") && canonical(v) == canonical(volume));
+            volumes.push(keep.cloned().unwrap_or_else(|| volume.clone()));
+        }
+    }
+    if volumes.is_empty() && current.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(Value::Array(volumes)))
+}
