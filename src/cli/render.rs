@@ -154,7 +154,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         if args.explain {
             eprintln!("{label}:");
             for e in engine::explain(request, &set, &lookup) {
-                eprintln!("  {} ({:?}): {}", e.policy, e.mode, e.verdict);
+                eprintln!("  {} ({:?}): {}: {}", e.policy, e.mode, e.verdict, e.why);
             }
         }
         let decision = engine::decide(request, &set, &lookup);

@@ -104,6 +104,8 @@ pub struct Explanation {
     pub policy: String,
     pub mode: Mode,
     pub verdict: Verdict,
+    /// The verdict in words: which criteria held, or which one decided.
+    pub why: String,
 }
 
 /// Everything the engine decided.
@@ -196,10 +198,14 @@ pub fn explain(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Ve
     let subject = facts.subject(request.namespace);
     set.policies()
         .iter()
-        .map(|p| Explanation {
-            policy: p.id.to_string(),
-            mode: p.spec.mode,
-            verdict: p.verdict(&subject),
+        .map(|p| {
+            let verdict = p.verdict(&subject);
+            Explanation {
+                policy: p.id.to_string(),
+                mode: p.spec.mode,
+                verdict,
+                why: p.explain(verdict, &subject),
+            }
         })
         .collect()
 }

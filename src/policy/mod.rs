@@ -16,7 +16,7 @@ pub use api::{
     ClusterStepPolicy, Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec,
     TaskRefPolicy,
 };
-use select::{Matcher, Subject};
+use select::{Criterion, Matcher, Subject};
 
 /// Engine-wide settings that policies are checked against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,21 +158,25 @@ pub struct Policy {
     pub(crate) volumes: Vec<Value>,
 }
 
-/// Why a policy did or did not apply to a TaskRun.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// Whether a policy applies to a TaskRun, and which criterion decided when it does not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Verdict {
-    Matched(String),
-    NotMatched(String),
-    Excluded(String),
+    Matched,
+    /// A StepPolicy and a TaskRun in another namespace.
+    OtherNamespace,
+    /// This `match` criterion does not hold.
+    NotMatched(Criterion),
+    /// This `exclude` criterion holds.
+    Excluded(Criterion),
 }
 
 impl fmt::Display for Verdict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Matched(why) => write!(f, "matched: {why}"),
-            Self::NotMatched(why) => write!(f, "not matched: {why}"),
-            Self::Excluded(why) => write!(f, "excluded: {why}"),
-        }
+        f.write_str(match self {
+            Self::Matched => "matched",
+            Self::OtherNamespace | Self::NotMatched(_) => "not matched",
+            Self::Excluded(_) => "excluded",
+        })
     }
 }
 
@@ -208,29 +212,38 @@ impl Policy {
 
     /// Whether the policy applies to `subject` (StepPolicies only in their own namespace).
     pub fn verdict(&self, subject: &Subject<'_>) -> Verdict {
-        if let Some(ns) = self.id.namespace()
-            && ns != subject.namespace
+        if self
+            .id
+            .namespace()
+            .is_some_and(|ns| ns != subject.namespace)
         {
-            return Verdict::NotMatched(format!(
-                "StepPolicy applies only to namespace {ns}, TaskRun is in {}",
-                subject.namespace
-            ));
+            return Verdict::OtherNamespace;
         }
-        match self.matcher.check_all(subject) {
-            Err(why) => Verdict::NotMatched(why),
-            Ok(why) => match self.excluder.check_any(subject) {
-                Some(excluded) => Verdict::Excluded(excluded),
-                None => Verdict::Matched(why),
-            },
+        if let Err(failed) = self.matcher.all(subject) {
+            return Verdict::NotMatched(failed);
+        }
+        match self.excluder.any(subject) {
+            Some(held) => Verdict::Excluded(held),
+            None => Verdict::Matched,
         }
     }
 
-    /// [`Policy::verdict`] without the explanation: whether the policy applies to `subject`.
-    /// The request path uses this; `verdict` is for `render --explain`.
     pub fn matches(&self, subject: &Subject<'_>) -> bool {
-        self.id.namespace().is_none_or(|ns| ns == subject.namespace)
-            && self.matcher.holds_all(subject)
-            && !self.excluder.holds_any(subject)
+        self.verdict(subject) == Verdict::Matched
+    }
+
+    /// Why the policy got its verdict, in words (`render --explain`).
+    pub fn explain(&self, verdict: Verdict, subject: &Subject<'_>) -> String {
+        match verdict {
+            Verdict::Matched => self.matcher.describe_match(subject),
+            Verdict::OtherNamespace => format!(
+                "StepPolicy applies only to namespace {}, TaskRun is in {}",
+                self.id.namespace().unwrap_or_default(),
+                subject.namespace
+            ),
+            Verdict::NotMatched(failed) => self.matcher.describe(failed, subject),
+            Verdict::Excluded(held) => self.excluder.describe(held, subject),
+        }
     }
 
     /// Whether every criterion is about the namespace (no TaskRun labels, no origin), so the
@@ -830,7 +843,7 @@ mod tests {
                         };
                         let candidates = set.candidates(&s);
                         for p in set.policies() {
-                            let matched = matches!(p.verdict(&s), Verdict::Matched(_));
+                            let matched = p.verdict(&s) == Verdict::Matched;
                             assert_eq!(p.matches(&s), matched, "{} {s:?}", p.id);
                             if matched {
                                 assert!(
@@ -862,11 +875,12 @@ mod tests {
             origin: Origin::Standalone,
         };
         let p = &set.policies()[0];
-        assert!(matches!(p.verdict(&subject("team-a")), Verdict::Matched(_)));
-        assert!(matches!(
-            p.verdict(&subject("team-b")),
-            Verdict::NotMatched(_)
-        ));
+        assert_eq!(p.verdict(&subject("team-a")), Verdict::Matched);
+        assert_eq!(p.verdict(&subject("team-b")), Verdict::OtherNamespace);
+        assert_eq!(
+            p.explain(Verdict::OtherNamespace, &subject("team-b")),
+            "StepPolicy applies only to namespace team-a, TaskRun is in team-b"
+        );
         assert!(set.candidates(&subject("team-b")).is_empty());
     }
 

@@ -282,16 +282,14 @@ impl Selector {
         self.requirements.is_empty()
     }
 
-    /// Whether the labels `get` returns satisfy every requirement (the allocation-free form of
-    /// [`Selector::check`]).
+    /// Whether the labels `get` returns satisfy every requirement.
     pub fn holds<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
-        self.requirements.iter().all(|r| match r {
-            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
-            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::DoesNotExist(k) => get(k).is_none(),
-        })
+        self.first_unmet(get).is_none()
+    }
+
+    /// The first requirement the labels `get` returns do not satisfy.
+    fn first_unmet<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> Option<&Requirement> {
+        self.requirements.iter().find(|r| !r.holds(&get))
     }
 
     /// A label key and the values one of which any selected object must carry under it (from
@@ -311,25 +309,27 @@ impl Selector {
         })
     }
 
-    /// `Ok(())` when `labels` satisfy every requirement, else the first one that fails.
+    /// `Ok(())` when `labels` satisfy every requirement, else why the first one that fails
+    /// does (text for `render --explain`).
     pub fn check(&self, labels: &Labels) -> Result<(), String> {
-        for r in &self.requirements {
-            let ok = match r {
-                Requirement::Equals(k, v) => labels.get(k) == Some(v),
-                Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-                Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-                Requirement::Exists(k) => labels.contains_key(k),
-                Requirement::DoesNotExist(k) => !labels.contains_key(k),
-            };
-            if !ok {
-                return Err(r.describe_failure(labels));
-            }
+        match self.first_unmet(|k| labels.get(k).map(String::as_str)) {
+            None => Ok(()),
+            Some(r) => Err(r.describe_failure(labels)),
         }
-        Ok(())
     }
 }
 
 impl Requirement {
+    fn holds<'l>(&self, get: &impl Fn(&str) -> Option<&'l str>) -> bool {
+        match self {
+            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
+            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
+            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
+            Requirement::Exists(k) => get(k).is_some(),
+            Requirement::DoesNotExist(k) => get(k).is_none(),
+        }
+    }
+
     fn describe_failure(&self, labels: &Labels) -> String {
         let actual = |k: &str| match labels.get(k) {
             Some(v) => format!("{k}={v}"),
@@ -407,6 +407,25 @@ pub struct Matcher {
     pub origin: OriginMatch,
 }
 
+/// One criterion of a [`Matcher`]; an evaluation says which one decided.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Criterion {
+    Namespaces,
+    NamespaceSelector,
+    Selector,
+    Origin,
+}
+
+impl Criterion {
+    /// Every criterion, in the order they are evaluated and explained.
+    pub const ALL: [Self; 4] = [
+        Self::Namespaces,
+        Self::NamespaceSelector,
+        Self::Selector,
+        Self::Origin,
+    ];
+}
+
 /// A criteria problem: the field path below the criteria and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CriteriaError {
@@ -453,104 +472,89 @@ impl Matcher {
         })
     }
 
-    /// [`Matcher::check_all`] without the explanation: whether every criterion given holds.
-    pub fn holds_all(&self, subject: &Subject<'_>) -> bool {
-        (self.namespaces.is_empty() || self.namespaces.iter().any(|g| g.matches(subject.namespace)))
-            && self
+    /// Whether `criterion` holds for `subject`; `None` when the criterion is not given.
+    fn holds(&self, criterion: Criterion, subject: &Subject<'_>) -> Option<bool> {
+        match criterion {
+            Criterion::Namespaces => (!self.namespaces.is_empty())
+                .then(|| self.namespaces.iter().any(|g| g.matches(subject.namespace))),
+            Criterion::NamespaceSelector => self
                 .namespace_selector
                 .as_ref()
-                .is_none_or(|s| s.holds(|k| namespace_label(subject, k)))
-            && self
+                .map(|s| s.holds(|k| namespace_label(subject, k))),
+            Criterion::Selector => self
                 .selector
                 .as_ref()
-                .is_none_or(|s| s.holds(|k| subject.labels.get(k).map(String::as_str)))
-            && origin_holds(self.origin, subject.origin)
-    }
-
-    /// [`Matcher::check_any`] without the explanation: whether any criterion given holds.
-    pub fn holds_any(&self, subject: &Subject<'_>) -> bool {
-        self.namespaces.iter().any(|g| g.matches(subject.namespace))
-            || self
-                .namespace_selector
-                .as_ref()
-                .is_some_and(|s| s.holds(|k| namespace_label(subject, k)))
-            || self
-                .selector
-                .as_ref()
-                .is_some_and(|s| s.holds(|k| subject.labels.get(k).map(String::as_str)))
-            || (self.origin != OriginMatch::Any && origin_holds(self.origin, subject.origin))
-    }
-
-    /// Match semantics: every criterion given must hold. `Ok` carries why it matched.
-    pub fn check_all(&self, subject: &Subject<'_>) -> Result<String, String> {
-        let mut why = Vec::new();
-        if !self.namespaces.is_empty() {
-            match self
-                .namespaces
-                .iter()
-                .find(|g| g.matches(subject.namespace))
-            {
-                Some(g) => why.push(format!("namespace {} matches {g}", subject.namespace)),
-                None => {
-                    return Err(format!(
-                        "namespace {} matches none of [{}]",
-                        subject.namespace,
-                        self.globs()
-                    ));
-                }
+                .map(|s| s.holds(|k| subject.labels.get(k).map(String::as_str))),
+            Criterion::Origin => {
+                (self.origin != OriginMatch::Any).then(|| origin_holds(self.origin, subject.origin))
             }
         }
-        if let Some(s) = &self.namespace_selector {
-            s.check(&namespace_labels(subject))
-                .map_err(|e| format!("namespaceSelector: {e}"))?;
-            why.push("namespaceSelector holds".to_owned());
-        }
-        if let Some(s) = &self.selector {
-            s.check(subject.labels)
-                .map_err(|e| format!("selector: {e}"))?;
-            why.push("selector holds".to_owned());
-        }
-        if !origin_holds(self.origin, subject.origin) {
-            return Err(format!(
-                "origin is {:?}, policy wants {:?}",
-                subject.origin, self.origin
-            ));
-        }
-        if self.origin != OriginMatch::Any {
-            why.push(format!("origin {:?}", self.origin));
-        }
-        if why.is_empty() {
-            why.push("no match criteria: all TaskRuns".to_owned());
-        }
-        Ok(why.join(", "))
     }
 
-    /// Exclude semantics: `Some(reason)` when any criterion given holds.
-    pub fn check_any(&self, subject: &Subject<'_>) -> Option<String> {
-        if let Some(g) = self
-            .namespaces
-            .iter()
-            .find(|g| g.matches(subject.namespace))
+    /// Match semantics: every criterion given must hold. `Err` names the first that does not.
+    pub fn all(&self, subject: &Subject<'_>) -> Result<(), Criterion> {
+        match Criterion::ALL
+            .into_iter()
+            .find(|&c| self.holds(c, subject) == Some(false))
         {
-            return Some(format!(
-                "excluded: namespace {} matches {g}",
-                subject.namespace
-            ));
+            Some(failed) => Err(failed),
+            None => Ok(()),
         }
-        if let Some(s) = &self.namespace_selector
-            && s.check(&namespace_labels(subject)).is_ok()
-        {
-            return Some("excluded: namespaceSelector holds".to_owned());
+    }
+
+    /// Exclude semantics: the first criterion given that holds, if any.
+    pub fn any(&self, subject: &Subject<'_>) -> Option<Criterion> {
+        Criterion::ALL
+            .into_iter()
+            .find(|&c| self.holds(c, subject) == Some(true))
+    }
+
+    /// Why `criterion` holds or does not hold for `subject`, as `render --explain` says it.
+    pub fn describe(&self, criterion: Criterion, subject: &Subject<'_>) -> String {
+        let ns = subject.namespace;
+        match criterion {
+            Criterion::Namespaces => match self.namespaces.iter().find(|g| g.matches(ns)) {
+                Some(g) => format!("namespace {ns} matches {g}"),
+                None => format!("namespace {ns} matches none of [{}]", self.globs()),
+            },
+            Criterion::NamespaceSelector => {
+                self.namespace_selector
+                    .as_ref()
+                    .map_or_else(String::new, |s| match s.check(&namespace_labels(subject)) {
+                        Ok(()) => "namespaceSelector holds".to_owned(),
+                        Err(e) => format!("namespaceSelector: {e}"),
+                    })
+            }
+            Criterion::Selector => {
+                self.selector
+                    .as_ref()
+                    .map_or_else(String::new, |s| match s.check(subject.labels) {
+                        Ok(()) => "selector holds".to_owned(),
+                        Err(e) => format!("selector: {e}"),
+                    })
+            }
+            Criterion::Origin if origin_holds(self.origin, subject.origin) => {
+                format!("origin is {:?}", subject.origin)
+            }
+            Criterion::Origin => format!(
+                "origin is {:?}, policy wants {:?}",
+                subject.origin, self.origin
+            ),
         }
-        if let Some(s) = &self.selector
-            && s.check(subject.labels).is_ok()
-        {
-            return Some("excluded: selector holds".to_owned());
+    }
+
+    /// Why every criterion given holds (they do), as `render --explain` says it.
+    pub fn describe_match(&self, subject: &Subject<'_>) -> String {
+        let held: Vec<String> = Criterion::ALL
+            .into_iter()
+            .filter(|&c| self.holds(c, subject).is_some())
+            .map(|c| self.describe(c, subject))
+            .collect();
+        if held.is_empty() {
+            "no match criteria: all TaskRuns".to_owned()
+        } else {
+            held.join(", ")
         }
-        if self.origin != OriginMatch::Any && origin_holds(self.origin, subject.origin) {
-            return Some(format!("excluded: origin is {:?}", subject.origin));
-        }
-        None
     }
 
     fn globs(&self) -> String {
@@ -730,50 +734,57 @@ mod tests {
         let m = Matcher::new(&criteria).unwrap();
         let gold = labels(&[("tier", "gold")]);
         let none = Labels::new();
-        assert!(
-            m.check_all(&subject("team-a", &gold, &none, Origin::Pipeline))
-                .is_ok()
+        let held = subject("team-a", &gold, &none, Origin::Pipeline);
+        assert_eq!(m.all(&held), Ok(()));
+        assert_eq!(
+            m.describe_match(&held),
+            "namespace team-a matches team-*, namespaceSelector holds, origin is Pipeline"
         );
-        assert!(
-            m.check_all(&subject("ops", &gold, &none, Origin::Pipeline))
-                .is_err()
+        let ops = subject("ops", &gold, &none, Origin::Pipeline);
+        assert_eq!(m.all(&ops), Err(Criterion::Namespaces));
+        assert_eq!(
+            m.describe(Criterion::Namespaces, &ops),
+            "namespace ops matches none of [team-*]"
         );
-        assert!(
-            m.check_all(&subject("team-a", &none, &none, Origin::Pipeline))
-                .is_err()
+        let bronze = subject("team-a", &none, &none, Origin::Pipeline);
+        assert_eq!(m.all(&bronze), Err(Criterion::NamespaceSelector));
+        assert_eq!(
+            m.describe(Criterion::NamespaceSelector, &bronze),
+            "namespaceSelector: needs tier=gold, but tier is not set"
         );
-        let e = m
-            .check_all(&subject("team-a", &gold, &none, Origin::Standalone))
-            .unwrap_err();
-        assert!(e.contains("origin"), "{e}");
+        let standalone = subject("team-a", &gold, &none, Origin::Standalone);
+        assert_eq!(m.all(&standalone), Err(Criterion::Origin));
+        assert_eq!(
+            m.describe(Criterion::Origin, &standalone),
+            "origin is Standalone, policy wants Pipeline"
+        );
 
-        assert!(
-            m.check_any(&subject("ops", &none, &none, Origin::Standalone))
-                .is_none()
+        assert_eq!(
+            m.any(&subject("ops", &none, &none, Origin::Standalone)),
+            None
         );
-        assert!(
-            m.check_any(&subject("team-x", &none, &none, Origin::Standalone))
-                .is_some()
+        assert_eq!(
+            m.any(&subject("team-x", &none, &none, Origin::Standalone)),
+            Some(Criterion::Namespaces)
         );
-        assert!(
-            m.check_any(&subject("ops", &gold, &none, Origin::Standalone))
-                .is_some()
+        assert_eq!(
+            m.any(&subject("ops", &gold, &none, Origin::Standalone)),
+            Some(Criterion::NamespaceSelector)
         );
-        assert!(
-            m.check_any(&subject("ops", &none, &none, Origin::Pipeline))
-                .is_some()
+        let pipeline = subject("ops", &none, &none, Origin::Pipeline);
+        assert_eq!(m.any(&pipeline), Some(Criterion::Origin));
+        assert_eq!(
+            m.describe(Criterion::Origin, &pipeline),
+            "origin is Pipeline"
         );
 
         let empty = Matcher::new(&Criteria::default()).unwrap();
-        assert!(
-            empty
-                .check_all(&subject("x", &none, &none, Origin::Standalone))
-                .is_ok()
-        );
-        assert!(
-            empty
-                .check_any(&subject("x", &none, &none, Origin::Standalone))
-                .is_none()
+        let anything = subject("x", &none, &none, Origin::Standalone);
+        assert_eq!(empty.all(&anything), Ok(()));
+        assert_eq!(empty.any(&anything), None);
+        assert_eq!(
+            empty.describe_match(&anything),
+            "no match criteria: all TaskRuns"
         );
     }
 
@@ -785,13 +796,15 @@ mod tests {
         })
         .unwrap();
         let none = Labels::new();
-        assert!(
-            m.check_all(&subject("team-a", &none, &none, Origin::Standalone))
-                .is_ok()
+        assert_eq!(
+            m.all(&subject("team-a", &none, &none, Origin::Standalone)),
+            Ok(())
         );
-        assert!(
-            m.check_all(&subject("team-b", &none, &none, Origin::Standalone))
-                .is_err()
+        let other = subject("team-b", &none, &none, Origin::Standalone);
+        assert_eq!(m.all(&other), Err(Criterion::NamespaceSelector));
+        assert_eq!(
+            m.describe(Criterion::NamespaceSelector, &other),
+            "namespaceSelector: needs kubernetes.io/metadata.name=team-a, but kubernetes.io/metadata.name=team-b"
         );
     }
 
