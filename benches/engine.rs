@@ -64,7 +64,10 @@ fn sets() -> Vec<(usize, PolicySet)> {
 
 fn mutate(body: &[u8], set: &PolicySet, catalog: &Catalog) -> admission::Reply {
     let reply = admission::review(Endpoint::Mutate, body, set, catalog);
-    debug_assert_eq!(reply.summary.outcome, "mutated");
+    debug_assert_eq!(
+        reply.summary.outcome,
+        bookend::admission::ReviewOutcome::Mutated
+    );
     reply
 }
 
@@ -75,7 +78,12 @@ fn review(c: &mut Criterion) {
     for input in inputs() {
         for (n, set) in &sets {
             let reply = mutate(&input.body, set, &catalog);
-            assert_eq!(reply.summary.outcome, "mutated", "{:?}", reply.summary);
+            assert_eq!(
+                reply.summary.outcome,
+                bookend::admission::ReviewOutcome::Mutated,
+                "{:?}",
+                reply.summary
+            );
             assert_eq!(reply.summary.injected.len(), (*n).min(3));
             group.bench_with_input(BenchmarkId::new(input.name, n), n, |b, _| {
                 b.iter(|| mutate(black_box(&input.body), set, &catalog))
@@ -196,7 +204,8 @@ fn scale_tasks(c: &mut Criterion) {
         for body in [&inline, &taskref] {
             let reply = admission::review(Endpoint::Mutate, body, &set, &catalog);
             assert_eq!(
-                reply.summary.outcome, "mutated",
+                reply.summary.outcome,
+                bookend::admission::ReviewOutcome::Mutated,
                 "{:?}",
                 reply.summary.reason
             );

@@ -33,23 +33,66 @@ impl Endpoint {
 /// What the handler sends back, plus what logs and metrics need to know.
 #[derive(Clone, Debug)]
 pub struct Reply {
-    /// 200 for every answer the API server should read; 400 for malformed requests.
-    pub status: u16,
+    /// An AdmissionReview when the request was one, else `{"error": reason}`.
     pub body: Vec<u8>,
     pub summary: Summary,
+}
+
+impl Reply {
+    /// Whether the API server gets an AdmissionReview to read (HTTP 200) rather than an error
+    /// for a malformed request (HTTP 400).
+    pub fn answered(&self) -> bool {
+        self.summary.outcome != ReviewOutcome::Malformed
+    }
+}
+
+/// How a review ended.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReviewOutcome {
+    /// Admitted unchanged.
+    Allowed,
+    /// Admitted with a patch.
+    Mutated,
+    /// Refused (`allowed: false`).
+    Denied,
+    /// Not an AdmissionReview bookend can read (answered with HTTP 400).
+    #[default]
+    Malformed,
+}
+
+impl ReviewOutcome {
+    /// The name in logs and metric labels.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allowed => "allowed",
+            Self::Mutated => "mutated",
+            Self::Denied => "denied",
+            Self::Malformed => "error",
+        }
+    }
+}
+
+impl From<Outcome> for ReviewOutcome {
+    fn from(outcome: Outcome) -> Self {
+        match outcome {
+            Outcome::Allowed => Self::Allowed,
+            Outcome::Mutated => Self::Mutated,
+            Outcome::Denied => Self::Denied,
+        }
+    }
 }
 
 /// Facts about one review for the request span and metrics.
 #[derive(Clone, Debug, Default)]
 pub struct Summary {
     pub uid: String,
-    pub kind: String,
+    /// `group/Kind` of the request's object, when the request names one.
+    pub kind: Option<String>,
     pub namespace: String,
     pub name: String,
     pub operation: String,
     pub dry_run: bool,
-    /// `allowed`, `mutated`, `denied` or `error`.
-    pub outcome: &'static str,
+    pub outcome: ReviewOutcome,
     /// The denial message or the reason a request was malformed.
     pub reason: Option<String>,
     /// Steps injected per policy.
@@ -242,7 +285,8 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         return bad_request(summary, "AdmissionReview has no request".to_owned());
     };
     summary.uid = request.uid.clone();
-    summary.kind = format!("{}/{}", request.kind.group, request.kind.kind);
+    summary.kind = (!request.kind.kind.is_empty())
+        .then(|| format!("{}/{}", request.kind.group, request.kind.kind));
     summary.operation = request.operation.clone();
     summary.dry_run = request.dry_run.unwrap_or(false);
     summary.namespace = request.namespace.clone().unwrap_or_default();
@@ -293,7 +337,6 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     summary.reason = answer.message.clone();
     summary.warnings = answer.warnings.len();
     Reply {
-        status: 200,
         body: review_response(&api_version, &request.uid, &answer),
         summary,
     }
@@ -359,7 +402,7 @@ fn review_response(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
 }
 
 struct Answer {
-    outcome: &'static str,
+    outcome: ReviewOutcome,
     message: Option<String>,
     patch: Option<Vec<u8>>,
     warnings: Vec<String>,
@@ -369,7 +412,7 @@ struct Answer {
 impl Answer {
     fn allow() -> Self {
         Self {
-            outcome: Outcome::Allowed.as_str(),
+            outcome: ReviewOutcome::Allowed,
             message: None,
             patch: None,
             warnings: Vec::new(),
@@ -379,7 +422,7 @@ impl Answer {
 
     fn deny(message: String) -> Self {
         Self {
-            outcome: Outcome::Denied.as_str(),
+            outcome: ReviewOutcome::Denied,
             message: Some(message),
             ..Self::allow()
         }
@@ -480,7 +523,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
         Outcome::Mutated => {
             summary.injected = injected;
             Answer {
-                outcome: outcome.as_str(),
+                outcome: outcome.into(),
                 message: None,
                 patch: Some(crate::compact_json::patch_to_vec(&patch)),
                 warnings,
@@ -554,7 +597,7 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
             if let Some(owner) = set.step_owner(&step.name)
                 && owner.id != doc.id
             {
-                errors.push(validate::FieldError {
+                errors.push(crate::policy::FieldError {
                     path: format!("spec.{list}[{i}].name"),
                     message: format!(
                         "step name {:?} is already used by {}; injected step names must be unique across all policies",
@@ -579,14 +622,10 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
 }
 
 fn bad_request(mut summary: Summary, reason: String) -> Reply {
-    summary.outcome = "error";
+    summary.outcome = ReviewOutcome::Malformed;
     let body = serde_json::to_vec(&ErrorOut { error: &reason }).expect("error serialises");
     summary.reason = Some(reason);
-    Reply {
-        status: 400,
-        body,
-        summary,
-    }
+    Reply { body, summary }
 }
 
 #[cfg(test)]

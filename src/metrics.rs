@@ -194,11 +194,7 @@ impl Metrics {
             _ => "other",
         }
         .to_owned();
-        let outcome = if summary.outcome.is_empty() {
-            "error"
-        } else {
-            summary.outcome
-        };
+        let outcome = summary.outcome.as_str();
         self.requests
             .get_or_create(&RequestLabels {
                 endpoint,
@@ -302,7 +298,7 @@ mod tests {
         let m = Metrics::new();
         let summary = Summary {
             operation: "CREATE".into(),
-            outcome: "mutated",
+            outcome: crate::admission::ReviewOutcome::Mutated,
             injected: vec![("ClusterStepPolicy/a".into(), 2)],
             ..Summary::default()
         };

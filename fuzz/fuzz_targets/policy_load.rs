@@ -13,7 +13,8 @@ fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else {
         return;
     };
-    let LoadedSet { set, issues, .. } = policy_set_from_yaml("fuzz.yaml", text, Settings::default());
+    let LoadedSet { set, issues, .. } =
+        policy_set_from_yaml("fuzz.yaml", text, Settings::default());
     for issue in &issues {
         assert!(!issue.message.is_empty(), "{issue:?}");
     }

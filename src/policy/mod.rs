@@ -110,6 +110,23 @@ impl fmt::Display for PolicyId {
     }
 }
 
+/// A problem with one field: its path (relative to what was checked: the policy object, a
+/// selector, the criteria) and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldError {
+    pub path: String,
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+        }
+    }
+}
+
 /// A policy problem, printed as `source: policy: field.path: message`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Issue {

@@ -5,6 +5,7 @@ use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 
+use super::FieldError;
 use super::api::{Criteria, OriginMatch};
 use crate::tekton::Origin;
 
@@ -220,17 +221,10 @@ enum Requirement {
     DoesNotExist(String),
 }
 
-/// A problem in a label selector, with the field path below the selector.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SelectorError {
-    pub path: String,
-    pub message: String,
-}
-
 impl Selector {
     /// Compiles and checks a LabelSelector as the API server would.
-    pub fn new(selector: &LabelSelector) -> Result<Self, SelectorError> {
-        let err = |path: String, message: String| SelectorError { path, message };
+    pub fn new(selector: &LabelSelector) -> Result<Self, FieldError> {
+        let err = |path: String, message: String| FieldError { path, message };
         let mut requirements = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
             let path = format!("matchLabels[{key}]");
@@ -426,22 +420,15 @@ impl Criterion {
     ];
 }
 
-/// A criteria problem: the field path below the criteria and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct CriteriaError {
-    pub path: String,
-    pub message: String,
-}
-
 impl Matcher {
     /// Compiles criteria; errors carry paths relative to the criteria object.
-    pub fn new(criteria: &Criteria) -> Result<Self, Vec<CriteriaError>> {
+    pub fn new(criteria: &Criteria) -> Result<Self, Vec<FieldError>> {
         let mut errors = Vec::new();
         let mut namespaces = Vec::new();
         for (i, pattern) in criteria.namespaces.iter().enumerate() {
             match Glob::new(pattern) {
                 Ok(g) => namespaces.push(g),
-                Err(message) => errors.push(CriteriaError {
+                Err(message) => errors.push(FieldError {
                     path: format!("namespaces[{i}]"),
                     message,
                 }),
@@ -451,7 +438,7 @@ impl Matcher {
             s.as_ref().and_then(|s| match Selector::new(s) {
                 Ok(s) => Some(s),
                 Err(e) => {
-                    errors.push(CriteriaError {
+                    errors.push(FieldError {
                         path: format!("{field}.{}", e.path),
                         message: e.message,
                     });

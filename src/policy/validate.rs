@@ -6,27 +6,11 @@ use std::collections::BTreeSet;
 
 use super::api::{Step, StepPolicySpec};
 use super::select::{Matcher, is_dns_label};
-use super::{Issue, Settings};
+use super::{FieldError, Issue, Settings};
 
 /// Longest injected step name: Tekton's container name `step-<name>` is cut at 63 characters, so
 /// two names that share their first 58 characters collide at Pod creation.
 pub const MAX_STEP_NAME: usize = 58;
-
-/// A field problem inside one policy (path relative to the policy object).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct FieldError {
-    pub path: String,
-    pub message: String,
-}
-
-impl FieldError {
-    fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// Everything that can be checked on one policy spec alone. Cross-policy rules (unique step
 /// names) live in [`super::PolicySet`].

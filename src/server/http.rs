@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Review;
-use crate::admission::{Endpoint, Summary};
+use crate::admission::{Endpoint, ReviewOutcome, Summary};
 use crate::metrics::{self, Metrics};
 use crate::source::PolicySource;
 
@@ -129,7 +129,11 @@ async fn answer(
     }));
     match reviewed {
         Ok(reply) => (
-            StatusCode::from_u16(reply.status).unwrap_or(StatusCode::BAD_REQUEST),
+            if reply.answered() {
+                StatusCode::OK
+            } else {
+                StatusCode::BAD_REQUEST
+            },
             reply.body,
             reply.summary,
         ),
@@ -158,7 +162,7 @@ fn too_large() -> (StatusCode, Vec<u8>, Summary) {
 
 fn error(status: StatusCode, reason: &str) -> (StatusCode, Vec<u8>, Summary) {
     let summary = Summary {
-        outcome: "error",
+        outcome: ReviewOutcome::Malformed,
         reason: Some(reason.to_owned()),
         ..Summary::default()
     };
@@ -174,8 +178,8 @@ fn record(summary: &Summary, latency: Duration) {
     if !summary.uid.is_empty() {
         span.record("uid", summary.uid.as_str());
     }
-    if !summary.kind.is_empty() && summary.kind != "/" {
-        span.record("kind", summary.kind.as_str());
+    if let Some(kind) = &summary.kind {
+        span.record("kind", kind.as_str());
     }
     if !summary.namespace.is_empty() {
         span.record("namespace", summary.namespace.as_str());
@@ -187,15 +191,15 @@ fn record(summary: &Summary, latency: Duration) {
         span.record("operation", summary.operation.as_str());
     }
     span.record("dry_run", summary.dry_run);
-    span.record("outcome", summary.outcome);
+    span.record("outcome", summary.outcome.as_str());
     span.record("latency_us", latency.as_micros() as u64);
 }
 
 fn log(status: StatusCode, summary: &Summary) {
     let reason = summary.reason.as_deref().unwrap_or("");
     match summary.outcome {
-        "denied" => tracing::info!(reason, "denied"),
-        "mutated" => {
+        ReviewOutcome::Denied => tracing::info!(reason, "denied"),
+        ReviewOutcome::Mutated => {
             let injected: Vec<String> = summary
                 .injected
                 .iter()
@@ -207,8 +211,10 @@ fn log(status: StatusCode, summary: &Summary) {
                 "mutated"
             );
         }
-        "allowed" => tracing::info!(warnings = summary.warnings, "allowed"),
-        _ => tracing::warn!(status = status.as_u16(), reason, "malformed request"),
+        ReviewOutcome::Allowed => tracing::info!(warnings = summary.warnings, "allowed"),
+        ReviewOutcome::Malformed => {
+            tracing::warn!(status = status.as_u16(), reason, "malformed request")
+        }
     }
 }
 
