@@ -28,8 +28,6 @@ pub enum StepKind {
 #[derive(Debug)]
 pub struct Stripped {
     pub user: Vec<Value>,
-    /// Whether anything bookend injected was found (and removed).
-    pub found_injected: bool,
     pub warnings: Vec<String>,
 }
 
@@ -177,11 +175,7 @@ pub fn strip(
             reindex::rewrite(step, &map);
         }
     }
-    Ok(Stripped {
-        user,
-        found_injected,
-        warnings,
-    })
+    Ok(Stripped { user, warnings })
 }
 
 /// Whether `step` is the policy's step `name`, as bookend would have written it (Always may

@@ -9,8 +9,8 @@ use k8s_openapi::api::core::v1::{
     EnvFromSource, EnvVar, ResourceRequirements, SecurityContext, Volume, VolumeDevice, VolumeMount,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
-use kube::{CustomResource, CustomResourceExt, Resource};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::{CustomResource, CustomResourceExt};
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -335,53 +335,6 @@ fn volumes_schema(_: &mut SchemaGenerator) -> Schema {
             "x-kubernetes-preserve-unknown-fields": true
         }
     })
-}
-
-// === impl ClusterStepPolicy ===
-
-/// The cluster-scoped kind: same spec as [`StepPolicy`], applies to TaskRuns in every namespace
-/// its criteria select.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
-pub struct ClusterStepPolicy {
-    pub metadata: ObjectMeta,
-    pub spec: StepPolicySpec,
-}
-
-impl ClusterStepPolicy {
-    /// A policy with this name and spec.
-    pub fn new(name: &str, spec: StepPolicySpec) -> Self {
-        Self {
-            metadata: ObjectMeta {
-                name: Some(name.to_owned()),
-                ..ObjectMeta::default()
-            },
-            spec,
-        }
-    }
-}
-
-impl Resource for ClusterStepPolicy {
-    type DynamicType = ();
-    type Scope = k8s_openapi::ClusterResourceScope;
-
-    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
-        "ClusterStepPolicy".into()
-    }
-    fn group(_: &()) -> std::borrow::Cow<'_, str> {
-        GROUP.into()
-    }
-    fn version(_: &()) -> std::borrow::Cow<'_, str> {
-        VERSION.into()
-    }
-    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
-        "clustersteppolicies".into()
-    }
-    fn meta(&self) -> &ObjectMeta {
-        &self.metadata
-    }
-    fn meta_mut(&mut self) -> &mut ObjectMeta {
-        &mut self.metadata
-    }
 }
 
 /// The two CRDs, generated from these types: StepPolicy, then ClusterStepPolicy (the same

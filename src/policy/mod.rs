@@ -12,10 +12,7 @@ use std::fmt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use api::{
-    ClusterStepPolicy, Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec,
-    TaskRefPolicy,
-};
+pub use api::{Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec, TaskRefPolicy};
 use select::{Criterion, Matcher, Subject};
 
 /// Engine-wide settings that policies are checked against.
