@@ -342,63 +342,66 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     }
 }
 
-/// The answering AdmissionReview, written directly: serde would either escape-scan the
-/// base64 patch byte by byte or (as a `RawValue`) parse it once more to validate it, and the
-/// patch is most of the answer. Field names and order are the API's (`response.uid`,
-/// `allowed`, `status`, `patchType`, `patch` as base64 of the JSON patch, `auditAnnotations`,
-/// `warnings`), optional fields left out when empty.
+/// The answering AdmissionReview: `response.uid`, `allowed`, `status` on denial, `patchType`
+/// and `patch` (base64 of the JSON patch), `auditAnnotations`, `warnings`; optional fields
+/// left out when empty.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'a str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    status: Option<StatusOut<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+    audit_annotations: &'a BTreeMap<String, String>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+#[derive(Serialize)]
+struct StatusOut<'a> {
+    message: &'a str,
+    code: u16,
+    reason: &'static str,
+}
+
 fn review_response(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
-    use crate::compact_json::write_str;
-    let patch_len = answer.patch.as_ref().map_or(0, |p| p.len().div_ceil(3) * 4);
-    let mut out = Vec::with_capacity(256 + patch_len);
-    out.extend_from_slice(b"{\"apiVersion\":");
-    write_str(&mut out, api_version);
-    out.extend_from_slice(b",\"kind\":\"AdmissionReview\",\"response\":{\"uid\":");
-    write_str(&mut out, uid);
-    match &answer.message {
-        None => out.extend_from_slice(b",\"allowed\":true"),
-        Some(message) => {
-            // 400 (not the default 403): Tekton's PipelineRun controller treats a BadRequest
-            // from TaskRun creation as permanent and fails the PipelineRun with this message.
-            out.extend_from_slice(b",\"allowed\":false,\"status\":{\"message\":");
-            write_str(&mut out, message);
-            out.extend_from_slice(b",\"code\":400,\"reason\":\"BadRequest\"}");
-        }
-    }
-    if let Some(patch) = &answer.patch {
-        out.extend_from_slice(b",\"patchType\":\"JSONPatch\",\"patch\":\"");
-        let at = out.len();
-        out.resize(at + patch_len, 0);
-        let written = base64::engine::general_purpose::STANDARD
-            .encode_slice(patch, &mut out[at..])
-            .expect("sized for the encoding");
-        out.truncate(at + written);
-        out.push(b'"');
-    }
-    if !answer.audit_annotations.is_empty() {
-        out.extend_from_slice(b",\"auditAnnotations\":{");
-        for (i, (key, value)) in answer.audit_annotations.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_str(&mut out, key);
-            out.push(b':');
-            write_str(&mut out, value);
-        }
-        out.push(b'}');
-    }
-    if !answer.warnings.is_empty() {
-        out.extend_from_slice(b",\"warnings\":[");
-        for (i, warning) in answer.warnings.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_str(&mut out, warning);
-        }
-        out.push(b']');
-    }
-    out.extend_from_slice(b"}}");
-    out
+    let response = ResponseOut {
+        uid,
+        allowed: answer.message.is_none(),
+        // 400 (not the default 403): Tekton's PipelineRun controller treats a BadRequest from
+        // TaskRun creation as permanent and fails the PipelineRun with this message.
+        status: answer.message.as_deref().map(|message| StatusOut {
+            message,
+            code: 400,
+            reason: "BadRequest",
+        }),
+        patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
+        patch: answer
+            .patch
+            .as_ref()
+            .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+        audit_annotations: &answer.audit_annotations,
+        warnings: &answer.warnings,
+    };
+    serde_json::to_vec(&ReviewOut {
+        api_version,
+        kind: "AdmissionReview",
+        response,
+    })
+    .expect("an AdmissionReview serialises")
 }
 
 struct Answer {
@@ -525,7 +528,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
             Answer {
                 outcome: outcome.into(),
                 message: None,
-                patch: Some(crate::compact_json::patch_to_vec(&patch)),
+                patch: Some(serde_json::to_vec(&patch).expect("a patch serialises")),
                 warnings,
                 audit_annotations,
             }

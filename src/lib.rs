@@ -24,7 +24,6 @@
 pub mod admission;
 pub mod certs;
 pub mod cli;
-pub mod compact_json;
 pub mod engine;
 pub mod metrics;
 pub mod patch;

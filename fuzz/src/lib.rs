@@ -127,12 +127,6 @@ pub fn check_decision(object: &Value, namespace: &str, dry_run: bool, set: &Poli
         webhook.patch, decision.patch,
         "the webhook's patch differs from render's"
     );
-    // The webhook writes its patch with bookend's own JSON writer.
-    assert_eq!(
-        bookend::compact_json::patch_to_vec(&webhook.patch),
-        serde_json::to_vec(&webhook.patch).expect("patch serialises"),
-        "compact_json writes the patch differently from serde_json"
-    );
     match decision.outcome {
         Outcome::Mutated => {
             assert!(!decision.patch.is_empty(), "mutated without a patch");
