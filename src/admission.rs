@@ -363,7 +363,7 @@ struct ResponseOut<'a> {
     #[serde(skip_serializing_if = "Option::is_none")]
     patch_type: Option<&'static str>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<String>,
+    patch: Option<Box<serde_json::value::RawValue>>,
     #[serde(skip_serializing_if = "BTreeMap::is_empty")]
     audit_annotations: &'a BTreeMap<String, String>,
     #[serde(skip_serializing_if = "<[String]>::is_empty")]
@@ -389,10 +389,13 @@ fn review_response(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
             reason: "BadRequest",
         }),
         patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
-        patch: answer
-            .patch
-            .as_ref()
-            .map(|p| base64::engine::general_purpose::STANDARD.encode(p)),
+        patch: answer.patch.as_ref().map(|p| {
+            let mut quoted = String::with_capacity(p.len().div_ceil(3) * 4 + 2);
+            quoted.push('"');
+            base64::engine::general_purpose::STANDARD.encode_string(p, &mut quoted);
+            quoted.push('"');
+            serde_json::value::RawValue::from_string(quoted).expect("base64 is a JSON string")
+        }),
         audit_annotations: &answer.audit_annotations,
         warnings: &answer.warnings,
     };
