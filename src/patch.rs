@@ -361,6 +361,24 @@ mod tests {
         doc
     }
 
+    /// The object diff (and the engine's patch, which lists `metadata` before `spec`) rely on
+    /// serde_json maps keeping their keys sorted. serde_json's `preserve_order` feature would
+    /// make them keep insertion order instead, for every crate in the build once any dependency
+    /// turns it on (Cargo unifies features): this test fails then.
+    #[test]
+    fn maps_keep_their_keys_sorted() {
+        let mut map = serde_json::Map::new();
+        map.insert("spec".into(), json!(1));
+        map.insert("metadata".into(), json!(2));
+        map.insert("apiVersion".into(), json!(3));
+        assert_eq!(
+            map.keys().collect::<Vec<_>>(),
+            ["apiVersion", "metadata", "spec"]
+        );
+        let parsed: Value = serde_json::from_str(r#"{"z": 1, "a": 2}"#).unwrap();
+        assert_eq!(parsed.as_object().unwrap().keys().next().unwrap(), "a");
+    }
+
     #[test]
     fn equal_documents_give_no_patch() {
         let v = json!({"a": [1, {"b": 2}]});

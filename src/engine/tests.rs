@@ -1050,8 +1050,8 @@ fn the_webhook_patch_equals_the_whole_object_diff() {
             assert_eq!(webhook.outcome, whole.outcome);
             assert_eq!(webhook.patch, whole.patch, "{object}");
             if whole.outcome == Outcome::Mutated {
-                let diffed = crate::patch::diff(object, &whole.object);
-                assert_eq!(webhook.patch, diffed, "{object}");
+                // Applied by an independent RFC 6902 implementation, the webhook's patch gives
+                // the object render admits.
                 assert_eq!(apply(object, &webhook.patch), whole.object, "{object}");
             }
         }
