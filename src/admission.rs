@@ -587,32 +587,15 @@ fn describe(op: &crate::patch::Operation, object: &Value) -> String {
     }
 }
 
-/// `kubectl apply` of a policy: the same checks as `bookend validate`, including name clashes
-/// with the policies already loaded.
+/// `kubectl apply` of a policy: the same checks as `bookend validate`, including the step and
+/// volume names the policies already loaded use (a newcomer never displaces them).
 fn policy_object(object: &Value, set: &PolicySet) -> Answer {
     let doc: PolicyDoc = match policy_from_value("request", "object", object.clone()) {
         Ok(d) => d,
         Err(issue) => return Answer::deny(format!("bookend: {}: {}", issue.path, issue.message)),
     };
     let mut errors = validate::check_spec(&doc.spec, set.settings());
-    for (list, steps) in [
-        ("preSteps", &doc.spec.pre_steps),
-        ("postSteps", &doc.spec.post_steps),
-    ] {
-        for (i, step) in steps.iter().enumerate() {
-            if let Some(owner) = set.step_owner(&step.name)
-                && owner.id != doc.id
-            {
-                errors.push(crate::policy::FieldError {
-                    path: format!("spec.{list}[{i}].name"),
-                    message: format!(
-                        "step name {:?} is already used by {}; injected step names must be unique across all policies",
-                        step.name, owner.id
-                    ),
-                });
-            }
-        }
-    }
+    errors.extend(set.conflicts(&doc.id, &doc.spec));
     if errors.is_empty() {
         return Answer::allow();
     }

@@ -77,6 +77,37 @@ fn validate_reports_file_policy_path_and_message() {
     );
 }
 
+/// Issue 14's reproduction: a team's StepPolicy that reuses an org volume name (and sorts
+/// first by priority and name) is the one refused; the org policy stays and keeps injecting.
+#[test]
+fn a_team_policy_that_clashes_with_an_org_policy_is_the_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let org = dir.path().join("org.yaml");
+    let team = dir.path().join("team.yaml");
+    std::fs::write(
+        &org,
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org-audit}\nspec:\n  priority: 100\n  preSteps: [{name: bookend-audit, image: alpine, command: [\"true\"], volumeMounts: [{name: bookend-cache, mountPath: /cache}]}]\n  volumes: [{name: bookend-cache, emptyDir: {}}]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        &team,
+        "apiVersion: bookend.dev/v1alpha1\nkind: StepPolicy\nmetadata: {name: aaa-team, namespace: team-a}\nspec:\n  priority: 0\n  preSteps: [{name: bookend-team, image: alpine, command: [\"true\"]}]\n  volumes: [{name: bookend-cache, emptyDir: {}}]\n",
+    )
+    .unwrap();
+    let (org, team) = (org.to_str().unwrap(), team.to_str().unwrap());
+    for order in [[org, team], [team, org]] {
+        let out = bookend(&["validate", "--policies", order[0], "--policies", order[1]]);
+        assert_eq!(out.status.code(), Some(1));
+        let stdout = text(&out.stdout);
+        assert_eq!(
+            stdout.trim(),
+            format!(
+                "{team}: StepPolicy/team-a/aaa-team: spec.volumes[0].name: volume name \"bookend-cache\" is already used by ClusterStepPolicy/org-audit; injected volume names must be unique across all policies (rename one of them)"
+            )
+        );
+    }
+}
+
 #[test]
 fn render_exit_codes() {
     let ok = bookend(&[

@@ -802,6 +802,53 @@ fn empty_task_specs_and_other_kinds_are_left_alone() {
     assert_eq!(run(&set, &custom).outcome, Outcome::Allowed);
 }
 
+/// A team (StepPolicy, priority -1000) wraps its steps around the TaskRun's; the org
+/// (ClusterStepPolicy, priority 1000) wraps its steps around the team's: org pre-steps first,
+/// org post-steps last, with `Always` on either side.
+#[test]
+fn team_steps_always_run_inside_org_steps() {
+    let yaml = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org}
+spec:
+  priority: 1000
+  postStepsRun: Always
+  preSteps: [{name: bookend-org-pre, image: alpine}]
+  postSteps: [{name: bookend-org-post, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: StepPolicy
+metadata: {name: team, namespace: team-a}
+spec:
+  priority: -1000
+  postStepsRun: Always
+  preSteps: [{name: bookend-team-pre, image: alpine}]
+  postSteps: [{name: bookend-team-post, image: alpine}]
+"#;
+    let set = policies(yaml);
+    let d = run(&set, &build_taskrun());
+    assert_eq!(d.outcome, Outcome::Mutated);
+    let order: Vec<String> = names(&d.object)
+        .into_iter()
+        .filter(|n| !set.settings().is_helper_name(n))
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "bookend-org-pre",
+            "bookend-team-pre",
+            "build",
+            "bookend-team-post",
+            "bookend-org-post"
+        ]
+    );
+    // Nothing after the org's last post-step but the verdict, nothing before its first pre-step.
+    let all = names(&d.object);
+    assert_eq!(all[0], "bookend-org-pre");
+    assert_eq!(all[all.len() - 2..], ["bookend-org-post", "bookend-verdict"]);
+}
+
 #[test]
 fn explain_covers_every_policy() {
     let set = policies(PRE_POST);

@@ -7,7 +7,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::api::{API_VERSION, StepPolicySpec};
-use super::{Issue, PolicyDoc, PolicyId, PolicySet, Settings};
+use super::{Issue, IssueKind, PolicyDoc, PolicyId, PolicySet, Settings};
 
 /// Parses a multi-document YAML (or JSON) stream into JSON values, skipping empty documents.
 /// The error names the document (1-based) that failed.
@@ -32,6 +32,7 @@ pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Issue> {
             policy: "-".to_owned(),
             path: "-".to_owned(),
             message: e,
+            kind: IssueKind::Invalid,
         })?;
     }
     Ok(files)
@@ -102,9 +103,21 @@ pub fn policy_set_from_yaml(source: &str, text: &str, settings: Settings) -> Loa
 }
 
 /// Validates and builds policy objects (from the API server); `source` names them in issues.
+/// Their order does not matter: between two objects created at the same second, the one that
+/// sorts first by namespace and name counts as the older.
 pub fn policy_set_from_objects(source: &str, objects: &[Value], settings: Settings) -> LoadedSet {
     let mut docs = Vec::new();
     let mut issues = Vec::new();
+    let text = |object: &Value, key: &str| {
+        object
+            .get("metadata")
+            .and_then(|m| m.get(key))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let mut objects: Vec<&Value> = objects.iter().collect();
+    objects.sort_by_key(|o| (text(o, "namespace"), text(o, "name")));
     for object in objects {
         let label = object
             .pointer("/metadata/name")
@@ -140,6 +153,7 @@ fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
                 policy: "-".to_owned(),
                 path: "-".to_owned(),
                 message: format!("cannot read: {e}"),
+                kind: IssueKind::Invalid,
             }),
         }
     }
@@ -158,6 +172,7 @@ fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
                     policy: "-".to_owned(),
                     path: "-".to_owned(),
                     message: format!("invalid YAML: {message}"),
+                    kind: IssueKind::Invalid,
                 }],
             );
         }
@@ -198,6 +213,7 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
         policy: policy.to_owned(),
         path: path.to_owned(),
         message,
+        kind: IssueKind::Invalid,
     };
     let Value::Object(mut object) = value else {
         return Err(issue(label, "-", "not a YAML mapping".to_owned()));
@@ -271,15 +287,15 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
         };
         issue(&id.to_string(), &path, e.into_inner().to_string())
     })?;
-    let resource_version = meta
-        .get("resourceVersion")
-        .and_then(Value::as_str)
-        .map(str::to_owned);
     Ok(PolicyDoc {
         id,
         spec,
         source: source.to_owned(),
-        resource_version,
+        created: meta
+            .get("creationTimestamp")
+            .and_then(Value::as_str)
+            .map(str::to_owned),
+        generation: meta.get("generation").and_then(Value::as_i64),
     })
 }
 

@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use super::api::{Step, StepPolicySpec};
 use super::select::{Matcher, is_dns_label};
-use super::{FieldError, Issue, Settings};
+use super::{FieldError, Issue, IssueKind, Settings};
 
 /// Longest injected step name: Tekton's container name `step-<name>` is cut at 63 characters, so
 /// two names that share their first 58 characters collide at Pod creation.
@@ -475,6 +475,7 @@ pub fn issues(source: &str, policy: &str, errors: Vec<FieldError>) -> Vec<Issue>
             policy: policy.to_owned(),
             path: e.path,
             message: e.message,
+            kind: IssueKind::Invalid,
         })
         .collect()
 }

@@ -460,6 +460,7 @@ mod tests {
             policy: "P".into(),
             path: "p".into(),
             message: "é".repeat(800),
+            kind: crate::policy::IssueKind::Invalid,
         }];
         assert!(event_notes(&long)["P"].len() <= 1003);
     }
