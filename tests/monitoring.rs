@@ -179,7 +179,11 @@ impl Serve {
             .output()
             .unwrap();
         assert!(out.status.success(), "bookend certs: {out:?}");
-        let (port, admin) = (free_port(), free_port());
+        let port = free_port();
+        let mut admin = free_port();
+        while admin == port {
+            admin = free_port();
+        }
         let log = dir.join("bookend.log");
         let child = Command::new(bookend)
             .args(["serve", "--policies"])
