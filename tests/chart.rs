@@ -908,12 +908,15 @@ fn every_value_is_in_the_readme_table_and_the_schema() {
 /// Where each template's output goes under deploy/, per render.
 struct DeployRender {
     extra: &'static [&'static str],
+    /// The values, for the generated files' header.
+    values: &'static str,
     files: &'static [(&'static str, &'static str)],
 }
 
 const DEPLOY_RENDERS: [DeployRender; 3] = [
     DeployRender {
         extra: &[],
+        values: "charts/bookend/ci/kustomize-values.yaml",
         files: &[
             ("crds.yaml", "deploy/base/crds.yaml"),
             ("rbac.yaml", "deploy/base/rbac.yaml"),
@@ -926,6 +929,7 @@ const DEPLOY_RENDERS: [DeployRender; 3] = [
     },
     DeployRender {
         extra: &["--set", "certManager.enabled=true"],
+        values: "charts/bookend/ci/kustomize-values.yaml, certManager.enabled=true",
         files: &[(
             "certificates.yaml",
             "deploy/overlays/cert-manager/certificates.yaml",
@@ -933,6 +937,7 @@ const DEPLOY_RENDERS: [DeployRender; 3] = [
     },
     DeployRender {
         extra: &["-f", "charts/bookend/ci/monitoring-values.yaml"],
+        values: "charts/bookend/ci/kustomize-values.yaml and monitoring-values.yaml",
         files: &[
             (
                 "servicemonitor.yaml",
@@ -947,7 +952,7 @@ const DEPLOY_RENDERS: [DeployRender; 3] = [
     },
 ];
 
-const GENERATED: &str = "# Generated from charts/bookend/templates/{} (values: charts/bookend/ci/kustomize-values.yaml).\n\
+const GENERATED: &str = "# Generated from charts/bookend/templates/{template} (values: {values}).\n\
 # Edit the chart, then run `BOOKEND_BLESS=1 cargo test --test chart`; tests/chart.rs checks it.\n";
 
 /// The rendered documents of each template, comments included, in helm's order.
@@ -989,7 +994,9 @@ fn deploy_is_the_chart_rendered() {
             } else {
                 format!(
                     "{}{}\n",
-                    GENERATED.replace("{}", template),
+                    GENERATED
+                        .replace("{template}", template)
+                        .replace("{values}", r.values),
                     docs.join("\n---\n")
                 )
             };
