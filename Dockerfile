@@ -5,9 +5,10 @@
 #   docker build -t ghcr.io/bookend-dev/bookend:0.1.0 .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ... --push .
 #
-# Not built in this repository's CI: the machines it runs on have no container engine. Keep this
-# file simple enough to review by eye; the binary it builds is the one `cargo build --release`
-# builds and tests, only linked statically against musl.
+# Built by .github/workflows/release.yml on a tag, natively per architecture (linux/amd64 and
+# linux/arm64 runners, merged into one index), then signed with cosign; the development
+# machines have no container engine. Keep this file simple enough to review by eye; the binary it
+# builds is the one `cargo build --release` builds and tests, only linked statically against musl.
 #
 # Static musl build: bookend's TLS is rustls with ring (no OpenSSL) and the Kubernetes client
 # uses rustls too, so nothing needs glibc. The build command below was checked outside a

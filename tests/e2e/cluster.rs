@@ -1,7 +1,9 @@
 //! A real kube-apiserver calls bookend: etcd + kube-apiserver (tests/e2e/start-cluster.sh),
-//! Tekton's and bookend's CRDs, `bookend serve --source kubernetes` on loopback, deploy/'s
-//! webhook configurations through the test overlay (tests/e2e/overlay), then `kubectl` scenarios
-//! in order on that one cluster. Every object the apiserver returns goes to `tekton-validate`.
+//! Tekton's CRDs, `helm install` of charts/bookend with the webhooks pointed at this machine
+//! (`webhook.url`), `bookend serve --source kubernetes` on loopback as the chart's
+//! ServiceAccount, then `kubectl` and `helm` scenarios in order on that one cluster, ending with
+//! `helm uninstall` and the chart's own certificate. Every object the apiserver returns goes to
+//! `tekton-validate`.
 //!
 //! A failing scenario does not stop the others (each runs under `catch_unwind`); the summary
 //! lists every scenario, and the test fails at the end if any failed. Processes are stopped by
@@ -255,13 +257,6 @@ impl Cluster {
         self.client.run(args, stdin)
     }
 
-    /// `kubectl apply -f -` of YAML text (CRDs, webhook configurations), which must succeed.
-    #[track_caller]
-    fn apply_yaml(&self, yaml: &str, what: &str) {
-        self.kubectl_in(&["apply", "-f", "-"], Some(yaml.as_bytes()))
-            .expect_ok(what);
-    }
-
     /// `kubectl get <args...> -o json`, which must succeed.
     #[track_caller]
     fn get_json(&self, args: &[&str], what: &str) -> Value {
@@ -340,8 +335,8 @@ struct Bookend {
 }
 
 impl Bookend {
-    fn start(work: &Path, cert: &Path, key: &Path, kubeconfig: &Path) -> Self {
-        let port = free_port();
+    /// `port`: the webhook port, chosen before the chart is installed (webhook.url names it).
+    fn start(work: &Path, port: u16, cert: &Path, key: &Path, kubeconfig: &Path) -> Self {
         let mut admin = free_port();
         while admin == port {
             admin = free_port();
@@ -455,6 +450,13 @@ impl Drop for Bookend {
         if std::thread::panicking() {
             eprintln!("--- bookend log (tail)\n{}", tail(&self.log, 40));
         }
+        self.stop();
+    }
+}
+
+impl Bookend {
+    /// SIGTERM, then SIGKILL after 10 s; a no-op once it has exited.
+    fn stop(&mut self) {
         if let Ok(None) = self.child.try_wait() {
             let _ = Command::new("kill")
                 .args(["-TERM", &self.child.id().to_string()])
@@ -682,38 +684,72 @@ fn create_example(cluster: &Cluster, verb: &[&str], name: &str) -> (Out, Value) 
 // ---------------------------------------------------------------------------------------------
 // Setup
 
-/// Renders tests/e2e/overlay, substitutes the port and CA, and checks that only clientConfig
-/// differs from deploy/base/webhooks.yaml.
-fn webhook_configurations(cluster: &Cluster, port: u16, ca_b64: &str) -> String {
-    let out = cluster
-        .kubectl(&[
-            "kustomize",
-            "--load-restrictor",
-            "LoadRestrictionsNone",
-            &crate::root()
-                .join("tests/e2e/overlay")
-                .display()
-                .to_string(),
-        ])
-        .expect_ok("kubectl kustomize tests/e2e/overlay");
-    let rendered = out
-        .stdout
-        .replace("BOOKEND_E2E_PORT", &port.to_string())
-        .replace("BOOKEND_E2E_CA_BUNDLE", ca_b64);
+/// `helm` against the test cluster.
+fn helm(cluster: &Cluster, args: &[&str]) -> Out {
+    let mut cmd = Command::new(tools().path("helm"));
+    cmd.args(args)
+        .arg("--kubeconfig")
+        .arg(&cluster.client.kubeconfig)
+        .current_dir(crate::root());
+    run(cmd, None)
+}
 
-    let mut ours = yaml_values(&rendered);
+const RELEASE: &str = "bookend";
+const RELEASE_NAMESPACE: &str = "bookend-system";
+
+/// `helm install bookend charts/bookend`: the chart's defaults, except that the webhooks call
+/// `bookend serve` on this machine (`webhook.url`) and the certificate is the test's own
+/// (`tls.generate=false`, `tls.caBundle`). Nothing runs the Deployment (no kubelet): bookend
+/// runs outside, as the chart's ServiceAccount.
+fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str) -> Out {
+    helm(
+        cluster,
+        &[
+            "install",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            &format!("webhook.url=https://127.0.0.1:{port}"),
+            "--set",
+            "tls.generate=false",
+            "--set",
+            &format!("tls.caBundle={ca_b64}"),
+        ],
+    )
+}
+
+/// Checks that the webhook configurations the chart installed are deploy/base/webhooks.yaml
+/// (the chart rendered for kustomize) in everything but clientConfig, which must call
+/// `https://127.0.0.1:<port><the Service path>` with `ca_b64`.
+fn check_installed_webhooks(cluster: &Cluster, port: u16, ca_b64: &str) {
+    let manifest = helm(
+        cluster,
+        &["get", "manifest", RELEASE, "--namespace", RELEASE_NAMESPACE],
+    )
+    .expect_ok("helm get manifest");
+    let key = |v: &Value| format!("{}/{}", v["kind"], v["metadata"]["name"]);
+    let mut ours: Vec<Value> = yaml_values(&manifest.stdout)
+        .into_iter()
+        .filter(|v| {
+            v["kind"]
+                .as_str()
+                .is_some_and(|k| k.ends_with("WebhookConfiguration"))
+        })
+        .collect();
     let mut base = yaml_docs(&example("deploy/base/webhooks.yaml"));
     assert_eq!(
         ours.len(),
         2,
-        "the overlay yields the two webhook configurations"
+        "the chart installs two webhook configurations"
     );
     assert_eq!(
         base.len(),
         2,
         "deploy/base/webhooks.yaml has two configurations"
     );
-    let key = |v: &Value| format!("{}/{}", v["kind"], v["metadata"]["name"]);
     ours.sort_by_key(key);
     base.sort_by_key(key);
     for (ours, base) in ours.iter_mut().zip(base.iter_mut()) {
@@ -741,11 +777,38 @@ fn webhook_configurations(cluster: &Cluster, port: u16, ca_b64: &str) -> String 
             b.as_object_mut().unwrap().remove("clientConfig");
         }
         assert_eq!(
-            ours, base,
-            "the overlay must change nothing but clientConfig"
+            ours["webhooks"], base["webhooks"],
+            "the installed webhooks differ from deploy/'s in more than clientConfig"
         );
     }
-    rendered
+}
+
+/// A kubeconfig for `bookend serve` that authenticates as the chart's ServiceAccount (a token
+/// from the TokenRequest API), so the chart's RBAC is what bookend gets.
+fn service_account_kubeconfig(cluster: &Cluster, path: &Path) -> PathBuf {
+    let token = poll(
+        "a token for the chart's ServiceAccount",
+        Duration::from_secs(30),
+        || {
+            let out = cluster.kubectl(&[
+                "create",
+                "token",
+                RELEASE,
+                "--namespace",
+                RELEASE_NAMESPACE,
+                "--duration=2h",
+            ]);
+            out.succeeded().map(|()| out.stdout.trim().to_owned())
+        },
+    );
+    let mut config = cluster
+        .kubectl(&["config", "view", "--raw", "-o", "json"])
+        .expect_ok("kubectl config view")
+        .json();
+    config["users"] = json!([{"name": "bookend-sa", "user": {"token": token}}]);
+    config["contexts"][0]["context"]["user"] = json!("bookend-sa");
+    std::fs::write(path, config.to_string()).expect("write the ServiceAccount's kubeconfig");
+    path.to_owned()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1276,11 +1339,20 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let ca_pem = std::fs::read(ctx.certs.ca()).expect("ca.crt");
     let doubled =
         base64::engine::general_purpose::STANDARD.encode([&ca_pem[..], &ca_pem[..]].concat());
-    let configurations = webhook_configurations(&ctx.cluster, ctx.bookend.port, &doubled);
-    ctx.cluster.apply_yaml(
-        &configurations,
-        "re-register the webhooks with a new caBundle",
-    );
+    helm(
+        &ctx.cluster,
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+            "--set",
+            &format!("tls.caBundle={doubled}"),
+        ],
+    )
+    .expect_ok("helm upgrade: re-register the webhooks with a new caBundle");
     let new_peer = poll(
         "the apiserver to open a new connection to bookend",
         Duration::from_secs(30),
@@ -1407,6 +1479,438 @@ fn scenario_tekton_validate(ctx: &mut Ctx) -> String {
     format!("{} objects, all OK", results.len())
 }
 
+fn scenario_helm_upgrade_restores(ctx: &mut Ctx) -> String {
+    // The fail-closed scenario deleted the MutatingWebhookConfiguration (a break glass).
+    assert!(
+        !ctx.cluster
+            .kubectl(&["get", "mutatingwebhookconfiguration", "bookend.dev"])
+            .ok(),
+        "the previous scenario deleted it"
+    );
+    helm(
+        &ctx.cluster,
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+        ],
+    )
+    .expect_ok("helm upgrade --reuse-values");
+    let probe = taskrun(TEAM_A, "restored-", "work");
+    let out = ctx
+        .cluster
+        .poll_steps("the re-created mutating webhook", &probe, |steps| {
+            includes(steps, "bookend-credentials")
+        });
+    let object = out.json();
+    ctx.keep("dry-run after helm upgrade restored the webhook", &object);
+    format!("re-created; steps {:?}", step_names(&object))
+}
+
+/// The resourceVersion at which `name` was deleted: the DELETED event of a watch on the
+/// collection `path` replayed from `since` (the API server's watch cache keeps recent events).
+fn deleted_at(cluster: &Cluster, path: &str, name: &str, since: u64) -> u64 {
+    let url = format!("{path}?watch=1&resourceVersion={since}&timeoutSeconds=2");
+    let out = cluster.kubectl(&["get", "--raw", &url]).expect_ok("watch");
+    out.stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "DELETED" && e["object"]["metadata"]["name"] == name)
+        .and_then(|e| {
+            e["object"]["metadata"]["resourceVersion"]
+                .as_str()?
+                .parse()
+                .ok()
+        })
+        .unwrap_or_else(|| panic!("no DELETED event for {name} in {path}: {}", out.stdout))
+}
+
+/// A sample of the API server's /metrics with these labels (any order), and its value.
+fn apiserver_sample(metrics: &str, family: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(&format!("{family}{{")))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(f64::max)
+}
+
+fn scenario_uninstall(ctx: &mut Ctx) -> String {
+    // kubectl's own `get -o json` list has no resourceVersion; the API's list has.
+    let since: u64 = ctx
+        .cluster
+        .kubectl(&["get", "--raw", "/api/v1/namespaces"])
+        .expect_ok("list namespaces")
+        .json()["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("a list's resourceVersion")
+        .parse()
+        .expect("a number");
+    // bookend goes away first, as it would if its pods were gone: the mutation fails open and
+    // the backstop fails closed, so TaskRun creation in team-a is refused.
+    ctx.bookend.stop();
+    let bare = taskrun(TEAM_A, "down-", "work");
+    let out = poll(
+        "the apiserver to find bookend gone",
+        Duration::from_secs(30),
+        || {
+            let out = ctx.cluster.dry_run(&bare);
+            if !out.ok()
+                && out.stderr.contains("failed calling webhook")
+                && out.stderr.contains("taskruns.validate.bookend.dev")
+            {
+                Ok(out)
+            } else {
+                Err(format!("{}: {}", out.status, out.stderr))
+            }
+        },
+    );
+    let refused = first_line(&out.stderr);
+    // The API server counted both, under the names and labels the chart's alerts read
+    // (BookendMutationFailingOpen, BookendWebhookCallsFailing, BookendWebhookLatencyHigh).
+    let metrics = ctx
+        .cluster
+        .kubectl(&["get", "--raw", "/metrics"])
+        .expect_ok("the apiserver's /metrics")
+        .stdout;
+    for (family, labels) in [
+        (
+            "apiserver_admission_webhook_fail_open_count",
+            &[("name", "taskruns.mutate.bookend.dev"), ("type", "admit")][..],
+        ),
+        (
+            "apiserver_admission_webhook_rejection_count",
+            &[
+                ("name", "taskruns.validate.bookend.dev"),
+                ("error_type", "calling_webhook_error"),
+            ][..],
+        ),
+        (
+            "apiserver_admission_webhook_rejection_count",
+            &[
+                ("name", "taskruns.mutate.bookend.dev"),
+                ("error_type", "no_error"),
+            ][..],
+        ),
+        (
+            "apiserver_admission_webhook_admission_duration_seconds_bucket",
+            &[("name", "taskruns.validate.bookend.dev"), ("le", "+Inf")][..],
+        ),
+    ] {
+        let value = apiserver_sample(&metrics, family, labels);
+        assert!(
+            value.is_some_and(|v| v >= 1.0),
+            "the apiserver exports {family} with {labels:?} >= 1: {value:?}"
+        );
+    }
+
+    let out = helm(
+        &ctx.cluster,
+        &["uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE],
+    )
+    .expect_ok("helm uninstall");
+    let kept = out
+        .stdout
+        .lines()
+        .filter(|l| l.contains("CustomResourceDefinition"))
+        .count();
+    let left = ctx
+        .cluster
+        .kubectl(&[
+            "get",
+            "mutatingwebhookconfigurations,validatingwebhookconfigurations",
+            "-o",
+            "name",
+        ])
+        .expect_ok("list webhook configurations")
+        .stdout;
+    assert!(
+        !left.contains("bookend.dev"),
+        "webhook configurations left: {left}"
+    );
+    // bookend is still down, and TaskRuns are created again, unmutated.
+    let out = poll(
+        "TaskRun creation without bookend",
+        Duration::from_secs(30),
+        || {
+            let out = ctx.cluster.dry_run(&bare);
+            out.succeeded().map(|()| out)
+        },
+    );
+    assert_eq!(step_names(&out.json()), vec!["work"]);
+    // The CRDs stay (helm.sh/resource-policy: keep), and so do the policies.
+    let policies = ctx
+        .cluster
+        .get_json(&["clustersteppolicies"], "policies after uninstall");
+    let count = policies["items"].as_array().map_or(0, Vec::len);
+    assert!(count > 0, "the policies survive the uninstall");
+
+    // The order: both webhook configurations were deleted before the Service and Deployment
+    // that back them (Helm's uninstall order), so no fail-closed webhook outlived its pods.
+    let admission = "/apis/admissionregistration.k8s.io/v1";
+    let validating = deleted_at(
+        &ctx.cluster,
+        &format!("{admission}/validatingwebhookconfigurations"),
+        "bookend.dev",
+        since,
+    );
+    let mutating = deleted_at(
+        &ctx.cluster,
+        &format!("{admission}/mutatingwebhookconfigurations"),
+        "bookend.dev",
+        since,
+    );
+    let service = deleted_at(
+        &ctx.cluster,
+        &format!("/api/v1/namespaces/{RELEASE_NAMESPACE}/services"),
+        RELEASE,
+        since,
+    );
+    let deployment = deleted_at(
+        &ctx.cluster,
+        &format!("/apis/apps/v1/namespaces/{RELEASE_NAMESPACE}/deployments"),
+        RELEASE,
+        since,
+    );
+    assert!(
+        validating.max(mutating) < service.min(deployment),
+        "deleted at resourceVersion: validating {validating}, mutating {mutating}, \
+         service {service}, deployment {deployment}"
+    );
+    format!(
+        "with bookend down: {refused:?}; uninstall deleted validating@{validating}, \
+         mutating@{mutating}, then service@{service}, deployment@{deployment}; TaskRuns \
+         admitted again; CRDs kept ({kept} listed by helm), {count} policies kept"
+    )
+}
+
+/// The Secret's `tls.crt`, `tls.key`, `ca.crt` (PEM).
+fn tls_secret(cluster: &Cluster) -> [String; 3] {
+    let secret = cluster.get_json(
+        &["secret", "bookend-tls", "--namespace", RELEASE_NAMESPACE],
+        "the chart's serving Secret",
+    );
+    ["tls.crt", "tls.key", "ca.crt"].map(|k| {
+        let b64 = secret["data"][k]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {k}"));
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64"),
+        )
+        .expect("PEM")
+    })
+}
+
+/// Every webhook's caBundle, decoded.
+fn ca_bundles(cluster: &Cluster) -> Vec<String> {
+    [
+        "mutatingwebhookconfiguration",
+        "validatingwebhookconfiguration",
+    ]
+    .iter()
+    .flat_map(|k| {
+        cluster.get_json(&[k, "bookend.dev"], "a webhook configuration")["webhooks"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    })
+    .map(|w| {
+        let b64 = w["clientConfig"]["caBundle"].as_str().unwrap_or("");
+        String::from_utf8(
+            base64::engine::general_purpose::STANDARD
+                .decode(b64)
+                .expect("base64"),
+        )
+        .unwrap()
+    })
+    .collect()
+}
+
+fn serial_of(pem: &str) -> String {
+    let mut cmd = Command::new("openssl");
+    cmd.args(["x509", "-noout", "-serial"]);
+    let out = run(cmd, Some(pem.as_bytes())).expect_ok("openssl x509 -serial");
+    out.stdout.trim().trim_start_matches("serial=").to_owned()
+}
+
+fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
+    // The chart's default certificate, end to end: a fresh install (the kept CRDs are adopted)
+    // generates a CA and a serving certificate for the Service's names and, as webhook.url is
+    // set, 127.0.0.1. bookend serves the Secret's files; the API server must trust them.
+    let port = free_port();
+    let upgrade = [
+        "upgrade",
+        RELEASE,
+        "charts/bookend",
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--reuse-values",
+    ];
+    helm(
+        &ctx.cluster,
+        &[
+            "install",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--set",
+            &format!("webhook.url=https://127.0.0.1:{port}"),
+        ],
+    )
+    .expect_ok("helm install with the chart's certificate");
+    let [crt, key, ca] = tls_secret(&ctx.cluster);
+    let bundles = ca_bundles(&ctx.cluster);
+    assert_eq!(bundles.len(), 4);
+    assert!(
+        bundles.iter().all(|b| *b == ca),
+        "every caBundle is the Secret's CA"
+    );
+
+    // What the kubelet does with a Secret volume: files behind a symlink swapped atomically.
+    let dir = ctx.work.join("generated");
+    let write = |name: &str, files: [&str; 3]| {
+        let d = dir.join(name);
+        std::fs::create_dir_all(&d).expect("mkdir");
+        for (file, text) in ["tls.crt", "tls.key", "ca.crt"].iter().zip(files) {
+            std::fs::write(d.join(file), text).expect("write");
+        }
+        let tmp = dir.join("live.tmp");
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(name, &tmp).expect("symlink");
+        std::fs::rename(&tmp, dir.join("live")).expect("swap live");
+    };
+    write("v1", [&crt, &key, &ca]);
+    let kubeconfig = service_account_kubeconfig(&ctx.cluster, &dir.join("bookend.kubeconfig"));
+    ctx.bookend = Bookend::start(
+        &dir,
+        port,
+        &dir.join("live/tls.crt"),
+        &dir.join("live/tls.key"),
+        &kubeconfig,
+    );
+    ctx.bookend.wait_ready(Duration::from_secs(60));
+    let probe = taskrun(TEAM_A, "generated-", "work");
+    let out = ctx.cluster.poll_steps(
+        "the API server to trust the chart's certificate",
+        &probe,
+        |steps| includes(steps, "bookend-credentials"),
+    );
+    ctx.keep("dry-run with the chart's certificate", &out.json());
+
+    // An upgrade keeps everything: the same certificate, the same bundle.
+    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade");
+    assert_eq!(tls_secret(&ctx.cluster), [crt.clone(), key, ca.clone()]);
+    assert_eq!(ca_bundles(&ctx.cluster), bundles, "caBundle unchanged");
+
+    // Renewal on demand: without its Secret, the next upgrade issues a new serving certificate
+    // from the kept CA, and the bundle stays.
+    ctx.cluster
+        .kubectl(&[
+            "delete",
+            "secret",
+            "bookend-tls",
+            "--namespace",
+            RELEASE_NAMESPACE,
+        ])
+        .expect_ok("delete the serving Secret");
+    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade renews");
+    let [crt2, key2, ca2] = tls_secret(&ctx.cluster);
+    assert_ne!(crt2, crt, "a new serving certificate");
+    assert_eq!(ca2, ca, "the same CA");
+    assert_eq!(
+        ca_bundles(&ctx.cluster),
+        bundles,
+        "caBundle unchanged by the renewal"
+    );
+    let (old_serial, new_serial) = (serial_of(&crt), serial_of(&crt2));
+    write("v2", [&crt2, &key2, &ca2]);
+    let ca_file = dir.join("v1/ca.crt");
+    poll(
+        "bookend to serve the renewed certificate",
+        Duration::from_secs(30),
+        || {
+            let serial = ctx.bookend.served_serial(&ca_file)?;
+            if serial == new_serial {
+                Ok(())
+            } else {
+                Err(format!("serial {serial}"))
+            }
+        },
+    );
+    let out = ctx.cluster.poll_steps(
+        "admission with the renewed certificate",
+        &taskrun(TEAM_A, "renewed-", "work"),
+        |steps| includes(steps, "bookend-credentials"),
+    );
+    ctx.keep("dry-run with the renewed certificate", &out.json());
+
+    // Renewal by date: an upgrade within renewBeforeDays of the expiry (here: a window longer
+    // than the validity) issues a new serving certificate, same CA.
+    let window = |v: &str| {
+        let mut args = upgrade.to_vec();
+        args.extend(["--set", v]);
+        helm(&ctx.cluster, &args).expect_ok(&format!("helm upgrade --set {v}"))
+    };
+    window("tls.renewBeforeDays=400");
+    let [crt3, _, ca3] = tls_secret(&ctx.cluster);
+    assert_ne!(crt3, crt2, "renewed inside the window");
+    assert_eq!(ca3, ca);
+    // The CA by date: re-issued with the same key and subject, so the certificate the pods
+    // still serve verifies against the new bundle at once.
+    window("tls.renewBeforeDays=90");
+    window("tls.caRenewBeforeDays=4000");
+    let [crt4, _, ca4] = tls_secret(&ctx.cluster);
+    assert_eq!(
+        crt4, crt3,
+        "the serving certificate is outside its window now"
+    );
+    assert_ne!(ca4, ca, "a new CA certificate");
+    assert!(
+        ca_bundles(&ctx.cluster).iter().all(|b| *b == ca4),
+        "the bundle is the new CA"
+    );
+    let pubkey = |pem: &str| {
+        let mut cmd = Command::new("openssl");
+        cmd.args(["x509", "-noout", "-pubkey"]);
+        run(cmd, Some(pem.as_bytes()))
+            .expect_ok("openssl x509 -pubkey")
+            .stdout
+    };
+    assert_eq!(pubkey(&ca4), pubkey(&ca), "the CA keeps its key");
+    std::fs::write(dir.join("ca4.crt"), &ca4).expect("write");
+    poll(
+        "the served certificate to verify against the re-issued CA",
+        Duration::from_secs(30),
+        || ctx.bookend.served_serial(&dir.join("ca4.crt")).map(|_| ()),
+    );
+    let out = ctx.cluster.poll_steps(
+        "admission with the re-issued CA in caBundle",
+        &taskrun(TEAM_A, "new-ca-", "work"),
+        |steps| includes(steps, "bookend-credentials"),
+    );
+    ctx.keep("dry-run with the re-issued CA", &out.json());
+    helm(
+        &ctx.cluster,
+        &["uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE],
+    )
+    .expect_ok("helm uninstall");
+    format!(
+        "generated CA trusted by all 4 webhooks; upgrade kept it; renewal {old_serial} -> \
+         {new_serial} under the same CA and caBundle, served without a restart; renewed by \
+         date; CA re-issued with its key, served certificate still trusted"
+    )
+}
+
 // ---------------------------------------------------------------------------------------------
 
 #[test]
@@ -1424,19 +1928,16 @@ fn real_apiserver_calls_bookend() {
     let cluster = Cluster::start(work.join("cluster"));
     clock.done("etcd + kube-apiserver + Tekton CRDs (start-cluster.sh)");
 
-    let crds = run(
-        {
-            let mut c = Command::new(bookend_bin());
-            c.arg("crds");
-            c
-        },
-        None,
-    )
-    .expect_ok("bookend crds");
-    cluster.apply_yaml(&crds.stdout, "apply bookend's CRDs");
+    // The chart, as a user installs it, but with the webhooks pointed at this machine. Its
+    // webhook configurations are live from here on, before bookend runs: nothing creates
+    // TaskRuns or policies until it is ready.
+    let certs = Certs::create(work.join("certs"));
+    let port = free_port();
+    helm_install(&cluster, port, &certs.ca_bundle_b64()).expect_ok("helm install");
+    check_installed_webhooks(&cluster, port, &certs.ca_bundle_b64());
     // `kubectl wait` fails ("accessor error") while a CRD has no status yet: poll it.
     poll(
-        "bookend's CRDs Established",
+        "the chart's CRDs Established",
         Duration::from_secs(60),
         || {
             cluster
@@ -1455,11 +1956,31 @@ fn real_apiserver_calls_bookend() {
             .kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"])
             .succeeded()
     });
+    let crds = cluster.get_json(&["crd", "clustersteppolicies.bookend.dev"], "the CRD");
+    assert_eq!(
+        crds["metadata"]["annotations"]["helm.sh/resource-policy"],
+        json!("keep")
+    );
+    clock.done("helm install (CRDs, RBAC, Deployment, webhooks, ...)");
+
+    // bookend authenticates as the chart's ServiceAccount: the chart's RBAC must suffice.
+    let sa_kubeconfig = service_account_kubeconfig(&cluster, &work.join("bookend.kubeconfig"));
+    let mut bookend = Bookend::start(
+        &work,
+        port,
+        &certs.live("tls.crt"),
+        &certs.live("tls.key"),
+        &sa_kubeconfig,
+    );
+    bookend.wait_ready(Duration::from_secs(60));
+    clock.done("bookend serve --source kubernetes as the chart's ServiceAccount until /readyz");
+
     for ns in [TEAM_A, TEAM_B, "team-c"] {
         cluster
             .kubectl(&["create", "namespace", ns])
             .expect_ok("create namespace");
     }
+    // Through policies.validate.bookend.dev, i.e. bookend.
     cluster
         .kubectl(&[
             "apply",
@@ -1467,26 +1988,11 @@ fn real_apiserver_calls_bookend() {
             &example("examples/policies").display().to_string(),
         ])
         .expect_ok("apply examples/policies");
-    clock.done("bookend CRDs, namespaces, example policies");
-
-    let certs = Certs::create(work.join("certs"));
-    let mut bookend = Bookend::start(
-        &work,
-        &certs.live("tls.crt"),
-        &certs.live("tls.key"),
-        &cluster.client.kubeconfig,
-    );
-    bookend.wait_ready(Duration::from_secs(60));
-    clock.done("bookend certs + serve --source kubernetes until /readyz");
-
-    let configurations = webhook_configurations(&cluster, bookend.port, &certs.ca_bundle_b64());
-    std::fs::write(work.join("webhooks.yaml"), &configurations).expect("write webhooks.yaml");
-    cluster.apply_yaml(&configurations, "register the webhook configurations");
     let probe = taskrun(TEAM_A, "probe-", "work");
     cluster.poll_steps("the apiserver to call bookend", &probe, |steps| {
         includes(steps, "bookend-credentials")
     });
-    clock.done("webhook configurations (overlay) live");
+    clock.done("namespaces, example policies, webhooks live");
 
     let mut ctx = Ctx {
         bookend,
@@ -1496,7 +2002,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 12] = [
+    let scenarios: [(&str, Scenario); 15] = [
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,
@@ -1534,6 +2040,18 @@ fn real_apiserver_calls_bookend() {
         (
             "fail-closed backstop without the mutating webhook",
             scenario_fail_closed,
+        ),
+        (
+            "helm upgrade restores a deleted webhook configuration",
+            scenario_helm_upgrade_restores,
+        ),
+        (
+            "helm uninstall: webhooks first, TaskRuns admitted again",
+            scenario_uninstall,
+        ),
+        (
+            "the chart's own certificate: trusted, kept, renewed",
+            scenario_generated_certificate,
         ),
         (
             "tekton-validate accepts every returned object",
