@@ -19,6 +19,8 @@ pub enum Endpoint {
     Mutate,
     /// `POST /validate`: the fail-closed backstop for TaskRuns, and policy objects.
     Validate,
+    /// `POST /validate-pods`: the fail-closed backstop where the steps run, TaskRun Pods.
+    ValidatePods,
 }
 
 impl Endpoint {
@@ -26,6 +28,7 @@ impl Endpoint {
         match self {
             Self::Mutate => "mutate",
             Self::Validate => "validate",
+            Self::ValidatePods => "validate-pods",
         }
     }
 }
@@ -251,50 +254,10 @@ struct ErrorOut<'a> {
 
 /// Handles one AdmissionReview body.
 pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
-    let mut summary = Summary::default();
-    // Validating UTF-8 once up front lets serde_json skip it for every string.
-    let parsed: Result<ReviewIn, String> = match std::str::from_utf8(body) {
-        Ok(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
+    let (api_version, request, mut summary) = match parse(body) {
+        Ok(parsed) => parsed,
+        Err(reply) => return *reply,
     };
-    let parsed: ReviewIn = match parsed {
-        Ok(r) => r,
-        Err(e) => {
-            return bad_request(
-                summary,
-                format!("request body is not a JSON AdmissionReview: {e}"),
-            );
-        }
-    };
-    if parsed.kind != "AdmissionReview" {
-        return bad_request(
-            summary,
-            format!("kind must be AdmissionReview, got {:?}", parsed.kind),
-        );
-    }
-    let api_version = match parsed.api_version.as_str() {
-        v @ ("admission.k8s.io/v1" | "admission.k8s.io/v1beta1") => v.to_owned(),
-        other => {
-            return bad_request(
-                summary,
-                format!("apiVersion must be admission.k8s.io/v1, got {other:?}"),
-            );
-        }
-    };
-    let Some(request) = parsed.request else {
-        return bad_request(summary, "AdmissionReview has no request".to_owned());
-    };
-    summary.uid = request.uid.clone();
-    summary.kind = (!request.kind.kind.is_empty())
-        .then(|| format!("{}/{}", request.kind.group, request.kind.kind));
-    summary.operation = request.operation.clone();
-    summary.dry_run = request.dry_run.unwrap_or(false);
-    summary.namespace = request.namespace.clone().unwrap_or_default();
-    summary.name = request.name.clone().unwrap_or_default();
-    if request.uid.is_empty() {
-        return bad_request(summary, "request.uid is missing".to_owned());
-    }
-
     let answer = match (
         endpoint,
         request.kind.group.as_str(),
@@ -333,13 +296,73 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         }
         _ => Answer::allow(),
     };
+    answered(&api_version, &request.uid, answer, summary)
+}
+
+/// The reply for an answered review.
+fn answered(api_version: &str, uid: &str, answer: Answer, mut summary: Summary) -> Reply {
     summary.outcome = answer.outcome;
     summary.reason = answer.message.clone();
     summary.warnings = answer.warnings.len();
     Reply {
-        body: review_response(&api_version, &request.uid, &answer),
+        body: review_response(api_version, uid, &answer),
         summary,
     }
+}
+
+/// Reads an AdmissionReview body: its apiVersion, the request, and the summary so far. A body
+/// that is not a readable AdmissionReview is an error reply (HTTP 400).
+fn parse(body: &[u8]) -> Result<(String, RequestIn, Summary), Box<Reply>> {
+    let mut summary = Summary::default();
+    // Validating UTF-8 once up front lets serde_json skip it for every string.
+    let parsed: Result<ReviewIn, String> = match std::str::from_utf8(body) {
+        Ok(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
+        Err(e) => Err(e.to_string()),
+    };
+    let parsed: ReviewIn = match parsed {
+        Ok(r) => r,
+        Err(e) => {
+            return Err(Box::new(bad_request(
+                summary,
+                format!("request body is not a JSON AdmissionReview: {e}"),
+            )));
+        }
+    };
+    if parsed.kind != "AdmissionReview" {
+        return Err(Box::new(bad_request(
+            summary,
+            format!("kind must be AdmissionReview, got {:?}", parsed.kind),
+        )));
+    }
+    let api_version = match parsed.api_version.as_str() {
+        v @ ("admission.k8s.io/v1" | "admission.k8s.io/v1beta1") => v.to_owned(),
+        other => {
+            return Err(Box::new(bad_request(
+                summary,
+                format!("apiVersion must be admission.k8s.io/v1, got {other:?}"),
+            )));
+        }
+    };
+    let Some(request) = parsed.request else {
+        return Err(Box::new(bad_request(
+            summary,
+            "AdmissionReview has no request".to_owned(),
+        )));
+    };
+    summary.uid = request.uid.clone();
+    summary.kind = (!request.kind.kind.is_empty())
+        .then(|| format!("{}/{}", request.kind.group, request.kind.kind));
+    summary.operation = request.operation.clone();
+    summary.dry_run = request.dry_run.unwrap_or(false);
+    summary.namespace = request.namespace.clone().unwrap_or_default();
+    summary.name = request.name.clone().unwrap_or_default();
+    if request.uid.is_empty() {
+        return Err(Box::new(bad_request(
+            summary,
+            "request.uid is missing".to_owned(),
+        )));
+    }
+    Ok((api_version, request, summary))
 }
 
 /// The answering AdmissionReview: `response.uid`, `allowed`, `status` on denial, `patchType`
@@ -477,7 +500,7 @@ fn taskrun(
     );
     Ok(match endpoint {
         Endpoint::Mutate => mutate_answer(decision, summary),
-        Endpoint::Validate => backstop_answer(object, decision),
+        Endpoint::Validate | Endpoint::ValidatePods => backstop_answer(object, decision),
     })
 }
 
@@ -616,6 +639,8 @@ fn bad_request(mut summary: Summary, reason: String) -> Reply {
     summary.reason = Some(reason);
     Reply { body, summary }
 }
+
+pub mod pods;
 
 #[cfg(test)]
 mod tests;

@@ -378,7 +378,12 @@ fn the_generated_certificate_is_signed_by_the_ca_every_webhook_trusts() {
             assert!(w["clientConfig"]["service"].is_null());
             let url = w["clientConfig"]["url"].as_str().unwrap();
             assert!(
-                url == "https://127.0.0.1:9443/mutate" || url == "https://127.0.0.1:9443/validate",
+                [
+                    "https://127.0.0.1:9443/mutate",
+                    "https://127.0.0.1:9443/validate",
+                    "https://127.0.0.1:9443/validate-pods"
+                ]
+                .contains(&url),
                 "{url}"
             );
         }
@@ -747,7 +752,9 @@ fn custom_values_reach_the_flags_and_the_webhooks() {
         assert_eq!(w["timeoutSeconds"], if mutate { 5 } else { 10 }, "{name}");
         match name {
             "taskruns.validate.bookend.dev" => assert_eq!(w["failurePolicy"], "Ignore"),
-            "policies.validate.bookend.dev" => assert_eq!(w["failurePolicy"], "Fail"),
+            "policies.validate.bookend.dev" | "pods.validate.bookend.dev" => {
+                assert_eq!(w["failurePolicy"], "Fail")
+            }
             _ => assert_eq!(w["failurePolicy"], "Ignore", "{name}"),
         }
         if name == "policies.validate.bookend.dev" {

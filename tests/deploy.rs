@@ -18,7 +18,7 @@ use std::process::Command;
 
 use bookend::policy::api::crds_yaml;
 use bookend::policy::load::yaml_documents;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 const NAMESPACE: &str = "bookend-system";
 const SERVICE: &str = "bookend";
@@ -494,9 +494,11 @@ fn the_cluster_role_is_least_privilege() {
             expected.insert((group.to_owned(), "events".to_owned(), verb.to_owned()));
         }
     }
+    // The Pod backstop reads one TaskRun per Pod; it never lists or watches them.
+    expected.insert(("tekton.dev".into(), "taskruns".into(), "get".into()));
     assert_eq!(
         granted, expected,
-        "ClusterRole grants exactly what the caches and Events need"
+        "ClusterRole grants exactly what the caches, the Pod backstop and Events need"
     );
 
     let binding = one(&objects, "ClusterRoleBinding");
@@ -675,6 +677,8 @@ fn every_webhook_entry_is_explicit_and_calls_the_service() {
             assert_eq!(service["port"], 443, "{name}");
             let path = if kind.starts_with("Mutating") {
                 "/mutate"
+            } else if name.starts_with("pods.") {
+                "/validate-pods"
             } else {
                 "/validate"
             };
@@ -795,6 +799,29 @@ fn validation_is_the_fail_closed_backstop() {
             "a condition on policies must keep every CREATE: {e}"
         );
     }
+    // The Pod backstop sees only the Pods Tekton's controller creates for TaskRuns.
+    let pods = entry(&entries, "pods.validate.bookend.dev");
+    rule_is(pods, "", &["v1"], &["CREATE"], &["pods"]);
+    excludes_system_namespaces(pods);
+    assert_eq!(
+        pods["objectSelector"],
+        json!({"matchExpressions": [{"key": "tekton.dev/taskRun", "operator": "Exists"}]}),
+        "only Pods labelled with their TaskRun reach bookend"
+    );
+    let conditions: Vec<&str> = pods["matchConditions"]
+        .as_array()
+        .expect("the Pod entry is limited to Tekton's controller")
+        .iter()
+        .map(|c| c["expression"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        conditions,
+        [format!(
+            "request.userInfo.username == '{TEKTON_CONTROLLER}'"
+        )],
+        "Tekton's controller only"
+    );
+
     // The policy CRDs' group and plural names are the ones the rule names.
     let crd_names: BTreeSet<String> = yaml_documents(&crds_yaml())
         .unwrap()

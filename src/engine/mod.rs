@@ -7,6 +7,7 @@ pub mod check;
 pub mod inject;
 mod lookup;
 mod plan;
+pub mod pod;
 pub mod record;
 pub mod reindex;
 mod resolved;
@@ -163,14 +164,14 @@ fn labels_of(map: Option<&Map<String, Value>>) -> Labels {
 }
 
 /// The labels matching looks at, owned, so a [`Subject`] can borrow them.
-struct SubjectFacts {
+pub(super) struct SubjectFacts {
     labels: Labels,
     namespace_labels: Labels,
     origin: tekton::Origin,
 }
 
 impl SubjectFacts {
-    fn of(view: &TaskRunView<'_>, namespace: &str, lookup: &dyn Lookup) -> Self {
+    pub(super) fn of(view: &TaskRunView<'_>, namespace: &str, lookup: &dyn Lookup) -> Self {
         Self {
             labels: labels_of(view.labels()),
             namespace_labels: lookup.namespace_labels(namespace).unwrap_or_default(),
@@ -178,7 +179,7 @@ impl SubjectFacts {
         }
     }
 
-    fn subject<'a>(&'a self, namespace: &'a str) -> Subject<'a> {
+    pub(super) fn subject<'a>(&'a self, namespace: &'a str) -> Subject<'a> {
         Subject {
             namespace,
             namespace_labels: &self.namespace_labels,

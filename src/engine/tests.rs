@@ -846,7 +846,10 @@ spec:
     // Nothing after the org's last post-step but the verdict, nothing before its first pre-step.
     let all = names(&d.object);
     assert_eq!(all[0], "bookend-org-pre");
-    assert_eq!(all[all.len() - 2..], ["bookend-org-post", "bookend-verdict"]);
+    assert_eq!(
+        all[all.len() - 2..],
+        ["bookend-org-post", "bookend-verdict"]
+    );
 }
 
 #[test]

@@ -175,6 +175,8 @@ pub struct Policy {
     pub id: PolicyId,
     pub spec: StepPolicySpec,
     pub source: String,
+    /// `metadata.creationTimestamp` when it came from the API server.
+    pub created: Option<String>,
     /// First 12 hex digits of the SHA-256 of the spec's JSON: changes when the spec changes.
     pub hash: String,
     pub(crate) matcher: Matcher,
@@ -228,6 +230,7 @@ impl Policy {
             id: doc.id,
             spec: doc.spec,
             source: doc.source,
+            created: doc.created,
             hash,
             matcher,
             excluder,
@@ -512,7 +515,10 @@ impl<'a> Owners<'a> {
         let other = |owner: Option<&&'a PolicyId>| -> Option<&'a PolicyId> {
             owner.copied().filter(|owner| *owner != id)
         };
-        for (list, steps) in [("preSteps", &spec.pre_steps), ("postSteps", &spec.post_steps)] {
+        for (list, steps) in [
+            ("preSteps", &spec.pre_steps),
+            ("postSteps", &spec.post_steps),
+        ] {
             for (i, step) in steps.iter().enumerate() {
                 if let Some(owner) = other(self.steps.get(step.name.as_str())) {
                     errors.push(FieldError::new(
@@ -781,12 +787,18 @@ mod tests {
     fn a_team_policy_never_displaces_an_org_policy() {
         // The reproduction of issue 14: the team's StepPolicy sorts first by priority and name,
         // in either file order; the org's ClusterStepPolicy stays.
-        let org = with_volume(doc("org-audit", 100, &[], &["bookend-audit"]), "bookend-cache");
+        let org = with_volume(
+            doc("org-audit", 100, &[], &["bookend-audit"]),
+            "bookend-cache",
+        );
         let team = namespaced(
             with_volume(doc("aaa-team", 0, &[], &["bookend-team"]), "bookend-cache"),
             "team-a",
         );
-        for docs in [vec![team.clone(), org.clone()], vec![org.clone(), team.clone()]] {
+        for docs in [
+            vec![team.clone(), org.clone()],
+            vec![org.clone(), team.clone()],
+        ] {
             let (set, issues) = PolicySet::build(docs, Settings::default());
             assert_eq!(ids(&set), ["ClusterStepPolicy/org-audit"]);
             assert_eq!(issues.len(), 1, "{issues:?}");

@@ -18,9 +18,10 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Review;
-use crate::admission::{Endpoint, ReviewOutcome, Summary};
+use crate::admission::pods::{self, OwnerLookup};
+use crate::admission::{Endpoint, Reply, ReviewOutcome, Summary};
 use crate::metrics::{self, Metrics};
-use crate::source::PolicySource;
+use crate::source::{PolicySource, Snapshot};
 
 /// The largest AdmissionReview accepted (the API server's own limit is lower).
 pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
@@ -39,6 +40,7 @@ pub fn webhook_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
         .route("/validate", post(validate))
+        .route("/validate-pods", post(validate_pods))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(state)
@@ -61,6 +63,10 @@ async fn mutate(State(state): State<Arc<AppState>>, request: Request) -> Respons
 
 async fn validate(State(state): State<Arc<AppState>>, request: Request) -> Response {
     handle(state, Endpoint::Validate, request).await
+}
+
+async fn validate_pods(State(state): State<Arc<AppState>>, request: Request) -> Response {
+    handle(state, Endpoint::ValidatePods, request).await
 }
 
 async fn handle(state: Arc<AppState>, endpoint: Endpoint, request: Request) -> Response {
@@ -124,9 +130,10 @@ async fn answer(
         Ok(Ok(collected)) => collected.to_bytes(),
     };
     let snapshot = state.policies.current();
-    let reviewed = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        (state.review)(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())
-    }));
+    let reviewed = match endpoint {
+        Endpoint::ValidatePods => review_pod(state, &body, &snapshot).await,
+        _ => guarded(|| (state.review)(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())),
+    };
     match reviewed {
         Ok(reply) => (
             if reply.answered() {
@@ -137,12 +144,7 @@ async fn answer(
             reply.body,
             reply.summary,
         ),
-        Err(panic) => {
-            let message = panic
-                .downcast_ref::<&str>()
-                .map(|s| (*s).to_owned())
-                .or_else(|| panic.downcast_ref::<String>().cloned())
-                .unwrap_or_default();
+        Err(message) => {
             state.metrics.handler_panic();
             tracing::error!(panic = %message, "BUG: the review panicked; answered 400");
             error(
@@ -151,6 +153,39 @@ async fn answer(
             )
         }
     }
+}
+
+/// A Pod review: read it, fetch the TaskRun that owns the Pod, answer.
+async fn review_pod(state: &AppState, body: &[u8], snapshot: &Snapshot) -> Result<Reply, String> {
+    let review = match guarded(|| pods::read(body))? {
+        pods::Read::Review(review) => review,
+        pods::Read::Malformed(reply) => return Ok(reply),
+    };
+    let owner = match (review.owner(), state.policies.task_runs()) {
+        (None, _) => OwnerLookup::NotFound,
+        (Some(_), None) => OwnerLookup::Unavailable,
+        (Some(owner), Some(reader)) => {
+            let get = reader.get(&owner.namespace, &owner.name);
+            match tokio::time::timeout(state.request_timeout, get).await {
+                Ok(Ok(Some(taskrun))) => OwnerLookup::Found(taskrun),
+                Ok(Ok(None)) => OwnerLookup::NotFound,
+                Ok(Err(error)) => OwnerLookup::Failed(error),
+                Err(_) => OwnerLookup::Failed("the API server did not answer in time".to_owned()),
+            }
+        }
+    };
+    guarded(|| pods::answer(review, owner, &snapshot.set, snapshot.lookup.as_ref()))
+}
+
+/// Runs `f`; a panic becomes its message (a bug: the answer is a 400, the server goes on).
+fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    std::panic::catch_unwind(AssertUnwindSafe(f)).map_err(|panic| {
+        panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_default()
+    })
 }
 
 fn too_large() -> (StatusCode, Vec<u8>, Summary) {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -19,7 +20,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::{PolicySource, Snapshot};
+use super::{PolicySource, Snapshot, TaskRunReader};
 use crate::engine::Lookup;
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
@@ -42,6 +43,11 @@ pub fn task_resource() -> ApiResource {
 /// `tekton.dev/v1beta1` StepAction (there is no v1).
 pub fn step_action_resource() -> ApiResource {
     resource("tekton.dev", "v1beta1", "StepAction", "stepactions")
+}
+
+/// `tekton.dev/v1` TaskRun (the storage version).
+pub fn taskrun_resource() -> ApiResource {
+    resource("tekton.dev", "v1", "TaskRun", "taskruns")
 }
 
 pub fn cluster_policy_resource() -> ApiResource {
@@ -88,11 +94,12 @@ impl Lookup for ClusterLookup {
     }
 }
 
-/// What `start` hands to the server: the snapshot the rebuild task swaps, and whether every
-/// cache has synced once.
+/// What `start` hands to the server: the snapshot the rebuild task swaps, whether every
+/// cache has synced once, and the client TaskRuns are read with.
 pub struct KubernetesSource {
     current: Arc<ArcSwap<Snapshot>>,
     ready: Arc<AtomicBool>,
+    taskruns: ApiTaskRuns,
 }
 
 impl PolicySource for KubernetesSource {
@@ -102,6 +109,35 @@ impl PolicySource for KubernetesSource {
 
     fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Acquire)
+    }
+
+    fn task_runs(&self) -> Option<&dyn TaskRunReader> {
+        Some(&self.taskruns)
+    }
+}
+
+/// TaskRuns read with one GET each.
+struct ApiTaskRuns {
+    client: Client,
+}
+
+impl TaskRunReader for ApiTaskRuns {
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, String>> {
+        Box::pin(async move {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(self.client.clone(), namespace, &taskrun_resource());
+            match api.get_opt(name).await {
+                Ok(Some(taskrun)) => serde_json::to_value(taskrun)
+                    .map(Some)
+                    .map_err(|e| e.to_string()),
+                Ok(None) => Ok(None),
+                Err(error) => Err(error.to_string()),
+            }
+        })
     }
 }
 
@@ -184,6 +220,9 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
     let reporter = Reporter {
         controller: "bookend".to_owned(),
         instance: std::env::var("POD_NAME").ok(),
+    };
+    let taskruns = ApiTaskRuns {
+        client: client.clone(),
     };
     let recorder = Recorder::new(client, reporter);
 
@@ -279,7 +318,11 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         }
     });
 
-    KubernetesSource { current, ready }
+    KubernetesSource {
+        current,
+        ready,
+        taskruns,
+    }
 }
 
 fn spawn_reflector<K>(

@@ -8,6 +8,9 @@ pub mod kubernetes;
 
 use std::sync::Arc;
 
+use futures_util::future::BoxFuture;
+use serde_json::Value;
+
 use crate::engine::Lookup;
 use crate::policy::PolicySet;
 
@@ -30,4 +33,22 @@ pub trait PolicySource: Send + Sync {
     fn poll(&self) -> bool {
         false
     }
+
+    /// Reads TaskRuns from the API server, for the Pod backstop; `None` when this source cannot
+    /// (files).
+    fn task_runs(&self) -> Option<&dyn TaskRunReader> {
+        None
+    }
+}
+
+/// One GET of a TaskRun as the API server has it now. The Pod backstop reads the TaskRun that
+/// owns a Pod this way rather than from a cache: Tekton creates the Pod moments after the
+/// TaskRun, and a cache that lagged would refuse a Pod bookend must admit.
+pub trait TaskRunReader: Send + Sync {
+    /// `Ok(None)` when there is no such TaskRun.
+    fn get<'a>(
+        &'a self,
+        namespace: &'a str,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, String>>;
 }
