@@ -98,8 +98,8 @@ fn holds(line: &str, pattern: &str, at_path_start: bool) -> bool {
 #[test]
 fn no_tracked_file_names_a_path_outside_the_repository() {
     let root = root();
-    // Upstream Tekton examples, copied byte for byte: their container paths (`/root/.ssh`,
-    // `/home/nonroot`) are part of the examples, not of this machine.
+    // Upstream Tekton examples, copied byte for byte: the home directories in their scripts
+    // are paths inside containers, not of this machine.
     let upstream = root.join("tests/fixtures/tekton");
     let patterns = forbidden();
     let files = tracked_files();
@@ -135,7 +135,7 @@ fn no_tracked_file_names_a_path_outside_the_repository() {
 fn the_matcher_finds_what_it_must_and_spares_container_paths() {
     let patterns = forbidden();
     let flagged = |line: &str| patterns.iter().any(|(p, s)| holds(line, p, *s));
-    let sample = format!("{}{}", "/wo", "rk/shared/samples/x.json");
+    let sample = ["/wo", "rk/sha", "red/samp", "les/x.json"].concat();
     assert!(flagged(&sample));
     assert!(flagged(&format!("read {}{}", "../sha", "red/corpus")));
     assert!(flagged(&format!("cd {}{}", "/ro", "ot/.cargo")));
