@@ -82,7 +82,6 @@ func (r *podRunner) runContainer(c corev1.Container, image imageEntry) container
 	cmd := exec.Command(r.k.runc, "--root", root, "--log", runcLog, "--log-format", "json",
 		"run", "--bundle", bundle, result.id)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	result.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return startError(err)

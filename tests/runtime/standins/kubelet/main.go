@@ -201,6 +201,10 @@ func (k *kubelet) bind(ctx context.Context, pod *corev1.Pod) {
 	}
 	if err := k.client.CoreV1().Pods(pod.Namespace).Bind(ctx, binding, metav1.CreateOptions{}); err != nil {
 		log.Printf("pod %s/%s: bind: %v", pod.Namespace, pod.Name, err)
+		// Try again on the Pod's next event.
+		k.mu.Lock()
+		delete(k.bound, pod.UID)
+		k.mu.Unlock()
 	}
 }
 
