@@ -1,0 +1,385 @@
+//! Runtime end-to-end suite: TaskRuns that bookend injected actually run, under Tekton's own
+//! controller and entrypoint.
+//!
+//! A real kube-apiserver (tests/e2e/start-cluster.sh) calls `bookend serve --source kubernetes`
+//! as its webhook (deploy/'s configurations through tests/e2e/overlay, as in the e2e suite).
+//! Tekton's controller (v1.15.0, built from Go modules) reconciles TaskRuns and PipelineRuns and
+//! builds the Pods; a kubelet stand-in (tests/runtime/standins/kubelet) runs each Pod's
+//! containers under runc from local root filesystems, with Tekton's entrypoint binary ordering
+//! the steps inside them. Scenarios assert Tekton's status and what the steps wrote.
+//!
+//! `cargo test --test runtime -- --nocapture`. Needs root, runc and a static busybox
+//! (`apt-get install runc busybox-static`); `BOOKEND_SKIP_RUNTIME=1` skips it loudly.
+//! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes). See docs/testing.md.
+
+#[path = "../e2e/tools.rs"]
+mod tools;
+
+mod harness;
+mod node;
+mod prereqs;
+mod runs;
+mod scenarios;
+mod timing;
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::harness::{Cluster, Daemon, free_port, poll, run, tail};
+use crate::runs::Env;
+use crate::scenarios::Ctx;
+use crate::tools::tools;
+
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn bookend_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_bookend"))
+}
+
+struct Clock {
+    start: Instant,
+    phase: Instant,
+    phases: Vec<(String, Duration)>,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            phase: Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    fn done(&mut self, name: &str) {
+        let took = self.phase.elapsed();
+        println!(
+            "[runtime {:>6.1}s] {name}: {:.1}s",
+            self.start.elapsed().as_secs_f64(),
+            took.as_secs_f64()
+        );
+        self.phases.push((name.to_owned(), took));
+        self.phase = Instant::now();
+    }
+}
+
+fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()))
+        .map(|e| e.expect("dir entry").path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// The rest of Tekton's CRDs, its namespace and config maps (as shipped, except metrics off:
+/// nothing scrapes them and the default would claim a fixed port).
+fn install_tekton(kubectl: &harness::Kubectl) {
+    let runtime = tools().bin.join("runtime");
+    let mut args = vec!["create".to_owned()];
+    for file in yaml_files(&runtime.join("crds")) {
+        args.extend(["-f".to_owned(), file.display().to_string()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    kubectl.ok(&args, "create Tekton's other CRDs");
+    poll("Tekton's CRDs served", Duration::from_secs(60), || {
+        for resource in [
+            "pipelineruns.v1.tekton.dev",
+            "pipelines.v1.tekton.dev",
+            "customruns.v1beta1.tekton.dev",
+            "resolutionrequests.v1beta1.resolution.tekton.dev",
+            "verificationpolicies.v1alpha1.tekton.dev",
+        ] {
+            kubectl.get(&[resource, "-A"])?;
+        }
+        Ok(())
+    });
+    kubectl.ok(
+        &["create", "namespace", "tekton-pipelines"],
+        "create tekton-pipelines",
+    );
+    for file in yaml_files(&runtime.join("config")) {
+        kubectl.ok(
+            &["apply", "-f", &file.display().to_string()],
+            "apply Tekton's config",
+        );
+    }
+    kubectl.ok(
+        &[
+            "-n",
+            "tekton-pipelines",
+            "patch",
+            "configmap",
+            "config-observability",
+            "--type",
+            "merge",
+            "-p",
+            r#"{"data":{"metrics-protocol":"none"}}"#,
+        ],
+        "metrics off",
+    );
+}
+
+/// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
+/// webhook configurations pointed at it (tests/e2e/overlay).
+fn start_bookend(
+    work: &std::path::Path,
+    kubectl: &harness::Kubectl,
+    certs: &std::path::Path,
+) -> Daemon {
+    let mut crds = Command::new(bookend_bin());
+    crds.arg("crds");
+    let crds = run(crds, None).expect_ok("bookend crds");
+    kubectl
+        .run(&["apply", "-f", "-"], Some(crds.stdout.as_bytes()))
+        .expect_ok("apply bookend's CRDs");
+    poll("bookend's CRDs served", Duration::from_secs(60), || {
+        kubectl
+            .get(&["clustersteppolicies.v1alpha1.bookend.dev"])
+            .map(|_| ())
+    });
+    for policy in scenarios::policies() {
+        kubectl.apply(&policy);
+    }
+    let port = free_port();
+    let mut cmd = Command::new(bookend_bin());
+    cmd.args(["serve", "--source", "kubernetes", "--tls-cert"])
+        .arg(certs.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(certs.join("tls.key"))
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .arg("--admin-listen")
+        .arg(format!("127.0.0.1:{}", free_port()))
+        .env("KUBECONFIG", &kubectl.kubeconfig)
+        .current_dir(work);
+    let mut bookend = Daemon::start("bookend serve", cmd, work.join("bookend.log"));
+    bookend.check_alive();
+
+    let overlay = kubectl
+        .run(
+            &[
+                "kustomize",
+                "--load-restrictor",
+                "LoadRestrictionsNone",
+                &root().join("tests/e2e/overlay").display().to_string(),
+            ],
+            None,
+        )
+        .expect_ok("kubectl kustomize tests/e2e/overlay");
+    let ca = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
+    let configurations = overlay
+        .stdout
+        .replace("BOOKEND_E2E_PORT", &port.to_string())
+        .replace("BOOKEND_E2E_CA_BUNDLE", ca.trim());
+    kubectl
+        .run(&["apply", "-f", "-"], Some(configurations.as_bytes()))
+        .expect_ok("register bookend's webhooks");
+    // The apiserver and bookend's caches catch up asynchronously: dry-run until a TaskRun in a
+    // policy namespace comes back injected.
+    let probe = runs::taskrun(
+        scenarios::ORDER,
+        "probe",
+        json!({"steps": [runs::step("work", "")]}),
+    );
+    poll("bookend to inject", Duration::from_secs(60), || {
+        bookend.check_alive();
+        let out = kubectl.with_object(&["create", "--dry-run=server"], &probe);
+        let object = out.try_json()?;
+        let first = &object["spec"]["taskSpec"]["steps"][0]["name"];
+        if first == "bookend-outer-pre" {
+            Ok(())
+        } else {
+            Err(format!("first step {first}"))
+        }
+    });
+    bookend
+}
+
+#[test]
+fn injected_taskruns_run() {
+    let Some(host) = prereqs::check() else {
+        return;
+    };
+    let _lock = prereqs::machine_lock();
+    let mut clock = Clock::new();
+    tools();
+    clock.done("tools (build-tools.sh)");
+
+    let tmp = tempfile::Builder::new()
+        .prefix("bookend-runtime-")
+        .tempdir()
+        .expect("tempdir");
+    let work = tmp.path().to_owned();
+    println!("work directory: {}", work.display());
+    let cluster = Cluster::start(work.join("cluster"));
+    let kubectl = cluster.kubectl.clone();
+    install_tekton(&kubectl);
+    for ns in scenarios::NAMESPACES {
+        kubectl.ok(&["create", "namespace", ns], "create namespace");
+        // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
+        kubectl.ok(
+            &["-n", ns, "create", "serviceaccount", "default"],
+            "create the default ServiceAccount",
+        );
+    }
+    clock.done("cluster, Tekton CRDs and config, namespaces");
+
+    let certs = work.join("certs");
+    let mut cmd = Command::new(bookend_bin());
+    cmd.args(["certs", "--host", "127.0.0.1", "--out-dir"])
+        .arg(&certs);
+    run(cmd, None).expect_ok("bookend certs");
+    let ca_b64 = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
+    let mut conversion = node::start_conversion(
+        &work,
+        &kubectl,
+        &certs.join("tls.crt"),
+        &certs.join("tls.key"),
+        ca_b64.trim(),
+    );
+    let mut bookend = start_bookend(&work, &kubectl, &certs);
+    clock.done("conversion webhook, bookend serve and its webhooks");
+
+    let images = node::build_images(&work.join("images"), &host);
+    let mut kubelet = node::start_kubelet(&work, &kubectl, &images, &host);
+    let mut controller = node::start_controller(&work, &kubectl);
+    let env = Env {
+        kubectl: kubectl.clone(),
+        kubelet_dir: work.join("kubelet"),
+    };
+    // The first TaskRun, without bookend: the controller, the stand-in and the conversion
+    // webhook all work. It has a step with computeResources, which the v1beta1 view must show
+    // as `resources` (Tekton's conversion, not `conversion: None`).
+    let mut probe_step = runs::step("probe", "");
+    probe_step["computeResources"] = json!({"requests": {"cpu": "1m"}});
+    let probe = env.run_one(&runs::taskrun(
+        scenarios::PLAIN,
+        "probe",
+        json!({"steps": [probe_step]}),
+    ));
+    controller.check_alive();
+    assert_eq!(
+        runs::condition(&probe.object).0,
+        "True",
+        "the probe TaskRun: {}",
+        probe.describe(&env)
+    );
+    let as_v1beta1 = kubectl
+        .get(&[
+            "taskruns.v1beta1.tekton.dev",
+            "-n",
+            scenarios::PLAIN,
+            probe.name(),
+        ])
+        .expect("get as v1beta1");
+    assert_eq!(
+        as_v1beta1["spec"]["taskSpec"]["steps"][0]["resources"],
+        json!({"requests": {"cpu": "1m"}}),
+        "the TaskRun CRD converts through Tekton's conversion webhook"
+    );
+    clock.done("images, kubelet stand-in, Tekton controller, probe TaskRun");
+
+    let mut ctx = Ctx {
+        env,
+        helper_notes: Default::default(),
+    };
+    type Scenario = fn(&mut Ctx) -> String;
+    let list: [(&str, Scenario); 9] = [
+        (
+            "1 OnSuccess pre/post of two policies run in the documented order",
+            scenarios::scenario_order,
+        ),
+        (
+            "2 Always: post-steps run after failures, verdict fails the TaskRun",
+            scenarios::scenario_always,
+        ),
+        (
+            "3 step and Task results, index references after the shift",
+            scenarios::scenario_results,
+        ),
+        ("4 StepAction ref pre-step", scenarios::scenario_step_action),
+        (
+            "5 taskRef to a local Task, inlined",
+            scenarios::scenario_task_ref,
+        ),
+        ("6 v1beta1 TaskRun", scenarios::scenario_v1beta1),
+        (
+            "7 PipelineRun with origin: Pipeline; denial fails the PipelineRun",
+            scenarios::scenario_pipeline,
+        ),
+        (
+            "8 workspace seeded by a pre-step; stepTemplate",
+            scenarios::scenario_workspace,
+        ),
+        (
+            "9 documented limits: exec failure and step timeout stop the chain",
+            scenarios::scenario_limits,
+        ),
+    ];
+    let mut summary = Vec::new();
+    for (name, scenario) in list {
+        // A dead daemon would make every later wait time out: stop at once instead.
+        for daemon in [&mut controller, &mut kubelet, &mut bookend, &mut conversion] {
+            daemon.check_alive();
+        }
+        let started = Instant::now();
+        let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut ctx)));
+        let took = started.elapsed().as_secs_f64();
+        let line = match &result {
+            Ok(detail) => format!("PASS {name} ({took:.1}s): {detail}"),
+            Err(panic) => format!(
+                "FAIL {name} ({took:.1}s): {}",
+                runs::panic_message(panic.as_ref())
+            ),
+        };
+        println!("[runtime] {line}");
+        summary.push((result.is_ok(), line));
+        clock.done(name);
+    }
+
+    let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
+    clock.done("injection cost: the same TaskRuns with and without bookend");
+
+    println!("\n=== runtime suite: summary ===");
+    for (_, line) in &summary {
+        println!("{line}");
+    }
+    println!("\nhelper steps (gates + verdict) per injected TaskRun:");
+    for (label, steps, helpers) in ctx.helper_notes.borrow().iter() {
+        println!("  {helpers} of {steps} steps  {label}");
+    }
+    match &measured {
+        Ok(table) => println!("\n{table}"),
+        Err(_) => println!("\ninjection cost: the measurement failed (see above)"),
+    }
+    println!("\nphases:");
+    for (name, took) in &clock.phases {
+        println!("  {:>6.1}s  {name}", took.as_secs_f64());
+    }
+    println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
+    let failed = summary.iter().filter(|(ok, _)| !ok).count() + usize::from(measured.is_err());
+    if failed > 0 {
+        for daemon in [&bookend, &controller, &kubelet, &conversion] {
+            println!("--- {} log (tail)", daemon.name);
+            for line in tail(&daemon.log, 12).lines() {
+                println!("{}", line.chars().take(400).collect::<String>());
+            }
+        }
+    }
+    drop((controller, kubelet, bookend, conversion, cluster));
+    if std::env::var_os("BOOKEND_RUNTIME_KEEP").is_some() {
+        println!("kept {}", tmp.keep().display());
+    }
+    assert_eq!(
+        failed, 0,
+        "{failed} runtime scenario(s) failed (see the summary above)"
+    );
+}
