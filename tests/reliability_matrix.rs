@@ -340,6 +340,43 @@ async fn over_limit_bodies_are_413() {
         &Expect::TooLarge,
     )
     .await;
+    // Well over the limit: over HTTP/2 a server that answers before reading the body resets the
+    // stream, and the client reports the reset instead of the 413 (as `curl --http2` did with
+    // 5 MiB): the answer must reach it over both protocols.
+    review["request"]["object"]["spec"]["taskSpec"]["steps"][0]["script"] =
+        json!("y".repeat(5 * 1024 * 1024));
+    check(&server, "a 5 MiB review", &body(&review), &Expect::TooLarge).await;
+    // curl (nghttp2) gave up with "Stream error in the HTTP/2 framing layer" when the server
+    // answered before reading the body; the test needs curl (Debian package `curl`).
+    let payload = server.tmp.path().join("5mib.json");
+    std::fs::write(&payload, body(&review)).unwrap();
+    let ca = server.tmp.path().join("ca-for-curl.pem");
+    std::fs::write(&ca, server.ca.pem()).unwrap();
+    for (protocol, chunked) in [("--http2", false), ("--http2", true), ("--http1.1", false)] {
+        let mut curl = tokio::process::Command::new("curl");
+        curl.args(["-sS", protocol, "--cacert"])
+            .arg(&ca)
+            .args([
+                "--resolve",
+                &format!("{HOST}:{}:127.0.0.1", server.addr.port()),
+            ])
+            .args(["-o", "/dev/null", "-w", "%{http_code}", "--data-binary"])
+            .arg(format!("@{}", payload.display()))
+            .arg(format!("https://{HOST}:{}/mutate", server.addr.port()));
+        if chunked {
+            curl.args(["-H", "Transfer-Encoding: chunked"]);
+        }
+        let out = curl
+            .output()
+            .await
+            .expect("curl runs (install the curl package to run this test)");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "413",
+            "curl {protocol} (chunked: {chunked}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     // Streamed: chunked HTTP/1.1 with no Content-Length, cut off at the limit.
     let mut stream = raw_tls_with(
         &server,

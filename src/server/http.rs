@@ -13,7 +13,7 @@ use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Limited};
 use tracing::Instrument;
 use tracing::field::Empty;
 
@@ -109,25 +109,24 @@ async fn answer(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+    if declared.is_some_and(|n| n > DRAIN_LIMIT_BYTES as u64) {
         return too_large();
     }
-    let read = Limited::new(request.into_body(), MAX_BODY_BYTES).collect();
-    let body: Bytes = match tokio::time::timeout(state.request_timeout, read).await {
-        Err(_) => {
+    let body = match read_body(request.into_body(), state.request_timeout).await {
+        Ok(body) => body,
+        Err(BodyError::TooLarge) => return too_large(),
+        Err(BodyError::Timeout) => {
             return error(
                 StatusCode::REQUEST_TIMEOUT,
                 "request body not received within the request timeout",
             );
         }
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return too_large(),
-        Ok(Err(e)) => {
+        Err(BodyError::Read(e)) => {
             return error(
                 StatusCode::BAD_REQUEST,
                 &format!("cannot read the request body: {e}"),
             );
         }
-        Ok(Ok(collected)) => collected.to_bytes(),
     };
     let snapshot = state.policies.current();
     let reviewed = match endpoint {
@@ -186,6 +185,52 @@ fn guarded<T>(f: impl FnOnce() -> T) -> Result<T, String> {
             .or_else(|| panic.downcast_ref::<String>().cloned())
             .unwrap_or_default()
     })
+}
+
+/// How much of a body over [`MAX_BODY_BYTES`] is read (and dropped) before the 413: a client
+/// must finish sending to read an answer. Over HTTP/2 a stream whose request body is left unread
+/// is reset, and clients then report the reset ("Stream error in the HTTP/2 framing layer")
+/// instead of the 413.
+const DRAIN_LIMIT_BYTES: usize = 4 * MAX_BODY_BYTES;
+
+enum BodyError {
+    TooLarge,
+    Timeout,
+    Read(String),
+}
+
+/// Reads a request body of at most [`MAX_BODY_BYTES`] within `timeout`. A larger body is read to
+/// its end and dropped (up to [`DRAIN_LIMIT_BYTES`]), so the answer reaches the client.
+async fn read_body(mut body: Body, timeout: Duration) -> Result<Bytes, BodyError> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut kept: Vec<u8> = Vec::new();
+    let mut seen = 0usize;
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) if seen > MAX_BODY_BYTES => return Err(BodyError::TooLarge),
+            Err(_) => return Err(BodyError::Timeout),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(BodyError::Read(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        seen += data.len();
+        if seen > DRAIN_LIMIT_BYTES {
+            return Err(BodyError::TooLarge);
+        }
+        if seen > MAX_BODY_BYTES {
+            kept = Vec::new();
+        } else {
+            kept.extend_from_slice(&data);
+        }
+    }
+    if seen > MAX_BODY_BYTES {
+        Err(BodyError::TooLarge)
+    } else {
+        Ok(Bytes::from(kept))
+    }
 }
 
 fn too_large() -> (StatusCode, Vec<u8>, Summary) {

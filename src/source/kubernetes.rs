@@ -25,7 +25,7 @@ use crate::engine::Lookup;
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{Issue, PolicySet, Settings};
+use crate::policy::{Issue, IssueKind, PolicySet, Settings};
 use crate::tekton::TaskObject;
 
 /// Source name used in policy issues from the API server.
@@ -297,9 +297,20 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                 } else {
                     cluster_policy_resource()
                 };
+                // A conflict leaves a valid policy inactive; anything else is invalid.
+                let conflict_only = loaded
+                    .issues
+                    .iter()
+                    .filter(|i| i.policy == key)
+                    .all(|i| i.kind == IssueKind::Conflict);
+                let reason = if conflict_only {
+                    "PolicyConflict"
+                } else {
+                    "InvalidPolicy"
+                };
                 let event = Event {
                     type_: EventType::Warning,
-                    reason: "InvalidPolicy".to_owned(),
+                    reason: reason.to_owned(),
                     note: Some(note.clone()),
                     action: "Validate".to_owned(),
                     secondary: None,

@@ -1046,6 +1046,280 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
     )
 }
 
+/// Issue 14: a team that may write StepPolicies in its namespace can neither switch off an org
+/// policy by taking one of its names (refused by the webhook; left out by bookend when the
+/// webhook was absent) nor run a step outside the org's steps.
+fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
+    // org-credentials (examples/policies) injects volume bookend-registry in team-*.
+    let clash = json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "StepPolicy",
+        "metadata": {"name": "aaa-team", "namespace": TEAM_A},
+        "spec": {"priority": 0, "preSteps": [busybox_step("bookend-e2e-team")],
+                 "volumes": [{"name": "bookend-registry", "emptyDir": {}}]},
+    });
+    let refused = ctx.cluster.apply(&clash);
+    assert!(!refused.ok(), "the webhook refuses the clash");
+    assert!(
+        refused.stderr.contains("policies.validate.bookend.dev")
+            && refused.stderr.contains(
+                "volume name \"bookend-registry\" is already used by ClusterStepPolicy/org-credentials"
+            ),
+        "{}",
+        refused.stderr
+    );
+
+    // The same clash created while the validating webhooks are absent (deleted, as in a break
+    // glass) reaches bookend's caches.
+    ctx.cluster
+        .kubectl(&["delete", "validatingwebhookconfiguration", "bookend.dev"])
+        .expect_ok("delete the ValidatingWebhookConfiguration");
+    poll(
+        "the apiserver to drop the policy webhook",
+        Duration::from_secs(30),
+        || ctx.cluster.apply(&clash).succeeded(),
+    );
+    let log = ctx.bookend.log.clone();
+    poll(
+        "bookend to log the conflict",
+        Duration::from_secs(30),
+        || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines()
+                .any(|l| {
+                    l.contains("StepPolicy/team-a/aaa-team")
+                        && l.contains("already used by ClusterStepPolicy/org-credentials")
+                })
+                .then_some(())
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    let run = taskrun(TEAM_A, "evict-", "work");
+    let object = ctx
+        .cluster
+        .dry_run(&run)
+        .expect_ok("dry-run in team-a")
+        .json();
+    let steps = step_names(&object);
+    assert!(
+        includes(&steps, "bookend-credentials") && !includes(&steps, "bookend-e2e-team"),
+        "the org policy stays, the team's is inactive: {steps:?}"
+    );
+    let events = poll("the PolicyConflict Event", Duration::from_secs(30), || {
+        let out = ctx.cluster.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            TEAM_A,
+            "--field-selector",
+            "involvedObject.name=aaa-team",
+            "-o",
+            "json",
+        ]);
+        let text = out.stdout.clone();
+        (text.contains("PolicyConflict") && text.contains("ClusterStepPolicy/org-credentials"))
+            .then_some(text)
+            .ok_or(out.stderr)
+    });
+    assert!(!events.is_empty());
+    helm(
+        &ctx.cluster,
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+        ],
+    )
+    .expect_ok("helm upgrade restores the validating webhooks");
+    ctx.cluster
+        .kubectl(&["delete", "steppolicy", "-n", TEAM_A, "aaa-team"])
+        .expect_ok("delete the clashing StepPolicy");
+
+    // A team policy of the lowest priority still runs inside the org's steps.
+    let wrap = json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "StepPolicy",
+        "metadata": {"name": "team-wrap", "namespace": TEAM_A},
+        "spec": {"priority": -1000,
+                 "preSteps": [busybox_step("bookend-e2e-team-pre")],
+                 "postSteps": [busybox_step("bookend-e2e-team-post")]},
+    });
+    ctx.cluster
+        .apply(&wrap)
+        .expect_ok("apply a low-priority StepPolicy");
+    let out = ctx
+        .cluster
+        .poll_steps("the StepPolicy to take effect", &run, |steps| {
+            includes(steps, "bookend-e2e-team-pre")
+        });
+    let object = out.json();
+    ctx.keep("org steps outside team steps", &object);
+    let order: Vec<String> = step_names(&object)
+        .into_iter()
+        .filter(|s| !s.starts_with("bookend-gate-") && s != "bookend-verdict")
+        .collect();
+    assert_eq!(
+        order,
+        [
+            "bookend-credentials",
+            "bookend-e2e-team-pre",
+            "work",
+            "bookend-e2e-team-post",
+            "bookend-sbom",
+            "bookend-sbom-upload"
+        ],
+        "org pre-steps first, org post-steps last"
+    );
+    ctx.cluster
+        .kubectl(&["delete", "steppolicy", "-n", TEAM_A, "team-wrap"])
+        .expect_ok("delete the StepPolicy");
+    format!(
+        "clash refused by the webhook; created without it: org stays, team inactive (Event PolicyConflict); order {order:?}"
+    )
+}
+
+/// Issue 14: the Pod backstop. Tekton's controller is simulated (no controller runs here): it
+/// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
+/// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
+fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
+    const CONTROLLER: &str = "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
+    let as_controller = format!("--as={CONTROLLER}");
+    let rbac = json!({
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRole",
+                "metadata": {"name": "e2e-tekton-controller-pods"},
+                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
+                          {"apiGroups": ["tekton.dev"], "resources": ["tasks"], "verbs": ["create"]}],
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": "e2e-tekton-controller-pods"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                            "name": "e2e-tekton-controller-pods"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
+                              "namespace": "tekton-pipelines"}],
+            },
+        ],
+    });
+    ctx.cluster
+        .apply(&rbac)
+        .expect_ok("RBAC for the impersonated controller");
+    let remote = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {"generateName": "remote-", "namespace": TEAM_A},
+        "spec": {"taskRef": {"resolver": "git", "params": [
+            {"name": "url", "value": "https://git.example.com/tasks.git"},
+            {"name": "pathInRepo", "value": "build.yaml"}]}},
+    });
+    let created = ctx
+        .cluster
+        .create(&remote)
+        .expect_ok("create a remote TaskRun");
+    assert!(
+        created
+            .warnings()
+            .iter()
+            .any(|w| w.contains("git resolver")),
+        "admitted with a warning: {:?}",
+        created.warnings()
+    );
+    let taskrun = created.json();
+    let name = metadata_str(&taskrun, "name");
+    let uid = metadata_str(&taskrun, "uid");
+    let task = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"generateName": "resolved-", "namespace": TEAM_A},
+        "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
+                            "script": "echo remote"}]},
+    });
+    // What Tekton's pod builder makes of the Task it runs (containers step-<name>, the TaskRun's
+    // labels and the Task's annotations).
+    let pod_of = |resolved: &Value| {
+        let containers: Vec<Value> = resolved["spec"]["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                json!({"name": format!("step-{}", s["name"].as_str().unwrap()),
+                       "image": "docker.io/library/alpine:3.20"})
+            })
+            .collect();
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": format!("{name}-pod-"),
+                "namespace": TEAM_A,
+                "labels": {"tekton.dev/taskRun": name, "tekton.dev/taskRunUID": uid},
+                "annotations": resolved["metadata"]["annotations"].clone(),
+                "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                                     "name": name, "uid": uid, "controller": true}],
+            },
+            "spec": {"automountServiceAccountToken": false, "containers": containers},
+        })
+    };
+    // The mutation did not happen (an outage): the Pod lacks the steps and is refused.
+    let bare = ctx
+        .cluster
+        .with_object(&["create", "--dry-run=server"], &task)
+        .expect_ok("dry-run the Task without bookend")
+        .json();
+    let refused = poll(
+        "the controller's RBAC, then bookend's refusal",
+        Duration::from_secs(30),
+        || {
+            let out = ctx
+                .cluster
+                .with_object(&["create", &as_controller], &pod_of(&bare));
+            if out.stderr.contains("pods.validate.bookend.dev") {
+                Ok(out)
+            } else if out.ok() {
+                Err(format!("admitted: {}", out.stdout))
+            } else {
+                Err(out.stderr)
+            }
+        },
+    );
+    assert!(
+        refused.stderr.contains(&format!("the Pod of TaskRun {TEAM_A}/{name} lacks the step(s) bookend-sbom (ClusterStepPolicy/org-sbom)"))
+            && refused.stderr.contains("git resolver"),
+        "bookend's message names the TaskRun, the steps, the policy and the cause: {}",
+        refused.stderr
+    );
+    // With the mutation (the controller's dry-run reaches bookend): admitted.
+    let injected = ctx
+        .cluster
+        .with_object(&["create", "--dry-run=server", &as_controller], &task)
+        .expect_ok("dry-run the Task as the controller")
+        .json();
+    let admitted = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &pod_of(&injected))
+        .expect_ok("the Pod with the steps");
+    let pod = admitted.json();
+    // A Pod the controller did not make is never sent to bookend.
+    let mut other = pod_of(&bare);
+    other["metadata"]["labels"] = json!({"app": "not-tekton"});
+    ctx.cluster
+        .with_object(&["create", &as_controller], &other)
+        .expect_ok("an unlabelled Pod");
+    format!(
+        "Pod without the dry-run mutation refused ({}); with it admitted ({} containers)",
+        first_line(&refused.stderr),
+        pod["spec"]["containers"].as_array().map_or(0, Vec::len)
+    )
+}
+
 fn scenario_task_ref(ctx: &mut Ctx) -> String {
     let docs = yaml_docs(&example("examples/taskruns/taskref.yaml"));
     let task = docs
@@ -1770,7 +2044,11 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     .expect_ok("helm install with the chart's certificate");
     let [crt, key, ca] = tls_secret(&ctx.cluster);
     let bundles = ca_bundles(&ctx.cluster);
-    assert_eq!(bundles.len(), 4);
+    assert_eq!(
+        bundles.len(),
+        5,
+        "two mutating and three validating webhooks"
+    );
     assert!(
         bundles.iter().all(|b| *b == ca),
         "every caBundle is the Secret's CA"
@@ -2002,7 +2280,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 15] = [
+    let scenarios: [(&str, Scenario); 17] = [
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,
@@ -2027,10 +2305,18 @@ fn real_apiserver_calls_bookend() {
             "StepPolicy applies only in its namespace",
             scenario_step_policy,
         ),
+        (
+            "a team policy cannot evict or wrap an org policy",
+            scenario_team_cannot_evict_or_wrap_org,
+        ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
         (
             "Tekton controller's dry-run of a remote Task gets the steps",
             scenario_remote_task_dry_run,
+        ),
+        (
+            "the Pod backstop: a remote Task's Pod without its steps is refused",
+            scenario_pod_backstop,
         ),
         (
             "PipelineRun ownerReference matches origin: Pipeline",
