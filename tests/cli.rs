@@ -108,6 +108,41 @@ fn a_team_policy_that_clashes_with_an_org_policy_is_the_one_refused() {
     }
 }
 
+/// `render --disable-inline-spec taskrun` (Tekton's feature flag): a TaskRun bookend would
+/// inline is refused, naming the flag; a feature-flags ConfigMap among --tasks does the same.
+#[test]
+fn render_knows_tekton_refuses_inline_specs() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("feature-flags.yaml");
+    std::fs::write(
+        &flags,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: feature-flags, namespace: tekton-pipelines}\ndata: {disable-inline-spec: \"pipelinerun,taskrun\"}\n",
+    )
+    .unwrap();
+    let base = [
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/taskref.yaml",
+    ];
+    let out = bookend(&base);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    for extra in [
+        vec!["--disable-inline-spec", "taskrun"],
+        vec!["--tasks", flags.to_str().unwrap()],
+    ] {
+        let args: Vec<&str> = base.iter().copied().chain(extra.clone()).collect();
+        let out = bookend(&args);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}");
+        assert!(
+            text(&out.stderr).contains("disable-inline-spec lists taskrun"),
+            "{extra:?}: {}",
+            text(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn render_exit_codes() {
     let ok = bookend(&[

@@ -7,7 +7,7 @@ use clap::{Args, ValueEnum};
 use serde_json::Value;
 
 use super::{EngineArgs, exit};
-use crate::engine::{self, Catalog, Lookup, Outcome, Request};
+use crate::engine::{self, Catalog, Lookup, Outcome, Request, refuses_inline_task_spec};
 use crate::patch::Operation;
 use crate::policy::load::{policy_set, yaml_documents};
 use crate::policy::select::Labels;
@@ -43,6 +43,11 @@ pub struct RenderArgs {
     /// Render as a `--dry-run=server` request (the warnings list injected steps).
     #[arg(long)]
     pub dry_run: bool,
+    /// The value of Tekton's `disable-inline-spec` feature flag (e.g. `taskrun,pipelinerun`),
+    /// as the cluster's `feature-flags` ConfigMap sets it. (A `feature-flags` ConfigMap among
+    /// the `--tasks` objects counts too.)
+    #[arg(long, value_name = "KINDS")]
+    pub disable_inline_spec: Option<String>,
     #[command(flatten)]
     pub engine: EngineArgs,
 }
@@ -99,6 +104,10 @@ impl Lookup for RenderLookup<'_> {
     fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
         self.catalog.step_action_exists(namespace, name)
     }
+
+    fn inline_task_spec_refused(&self) -> bool {
+        self.catalog.inline_task_spec_refused()
+    }
 }
 
 /// Exit 0 when every TaskRun is admitted, 1 when one is denied, 2 on bad input.
@@ -125,6 +134,9 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     };
     let default_ns = args.namespace.as_deref().unwrap_or("default");
     catalog.add_objects(&docs, default_ns);
+    if let Some(kinds) = &args.disable_inline_spec {
+        catalog.inline_task_spec_refused = refuses_inline_task_spec(kinds);
+    }
     let lookup = RenderLookup {
         catalog: &catalog,
         labels: args.namespace_labels.as_ref(),

@@ -8,14 +8,35 @@ use serde_json::Value;
 use crate::policy::select::Labels;
 use crate::tekton::TaskObject;
 
-/// What the engine may look up besides the TaskRun: namespace labels and Tasks. The webhook
-/// answers from in-memory caches; `render` from files.
+/// What the engine may look up besides the TaskRun: namespace labels, Tasks, StepActions and
+/// Tekton's feature flags. The webhook answers from in-memory caches; `render` from files.
 pub trait Lookup: Send + Sync {
     fn namespace_labels(&self, namespace: &str) -> Option<Labels>;
     fn task(&self, namespace: &str, name: &str) -> Option<TaskObject>;
     /// Whether a StepAction exists: `None` when this lookup does not know StepActions (then
     /// bookend does not check a policy's `ref.name`).
     fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool>;
+    /// Whether Tekton refuses TaskRuns with `spec.taskSpec`: its feature flag
+    /// `disable-inline-spec` lists `taskrun`. bookend then cannot inline a referenced Task.
+    fn inline_task_spec_refused(&self) -> bool {
+        false
+    }
+}
+
+/// Tekton's feature-flags ConfigMap: its name, and whether its `disable-inline-spec` (a comma
+/// list of kinds) lists `taskrun`.
+pub const FEATURE_FLAGS_CONFIG_MAP: &str = "feature-flags";
+
+/// Whether a `disable-inline-spec` value makes Tekton refuse inline TaskRun specs.
+pub fn refuses_inline_task_spec(disable_inline_spec: &str) -> bool {
+    disable_inline_spec
+        .split(',')
+        .any(|kind| kind.trim().eq_ignore_ascii_case("taskrun"))
+}
+
+/// The `disable-inline-spec` value of a Tekton feature-flags ConfigMap object.
+pub fn disable_inline_spec(config_map: &Value) -> Option<&str> {
+    config_map.get("data")?.get("disable-inline-spec")?.as_str()
 }
 
 /// A [`Lookup`] held in memory (files mode, `render`, tests).
@@ -25,11 +46,15 @@ pub struct Catalog {
     pub tasks: HashMap<(String, String), TaskObject>,
     /// StepActions by (namespace, name), to check a policy's `ref` offline.
     pub step_actions: HashMap<(String, String), Value>,
+    /// Tekton refuses inline TaskRun specs (`render --disable-inline-spec`, or a `feature-flags`
+    /// ConfigMap among the objects).
+    pub inline_task_spec_refused: bool,
 }
 
 impl Catalog {
-    /// Adds Namespace, Task and StepAction objects; Tasks and StepActions without a namespace
-    /// go into `default_namespace`. Other kinds are ignored. Returns how many were added.
+    /// Adds Namespace, Task and StepAction objects, and Tekton's feature-flags ConfigMap; Tasks
+    /// and StepActions without a namespace go into `default_namespace`. Other kinds are ignored.
+    /// Returns how many were added.
     pub fn add_objects(&mut self, objects: &[Value], default_namespace: &str) -> usize {
         let mut added = 0;
         for object in objects {
@@ -70,6 +95,11 @@ impl Catalog {
                         .insert((ns.to_owned(), name.to_owned()), object.clone());
                     added += 1;
                 }
+                "ConfigMap" if name == FEATURE_FLAGS_CONFIG_MAP => {
+                    self.inline_task_spec_refused =
+                        disable_inline_spec(object).is_some_and(refuses_inline_task_spec);
+                    added += 1;
+                }
                 _ => {}
             }
         }
@@ -94,5 +124,32 @@ impl Lookup for Catalog {
             self.step_actions
                 .contains_key(&(namespace.to_owned(), name.to_owned()))
         })
+    }
+
+    fn inline_task_spec_refused(&self) -> bool {
+        self.inline_task_spec_refused
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tekton_feature_flags_are_read_from_their_config_map() {
+        assert!(refuses_inline_task_spec("pipelinerun, TaskRun"));
+        assert!(!refuses_inline_task_spec("pipelinerun,pipeline"));
+        assert!(!refuses_inline_task_spec(""));
+        let mut catalog = Catalog::default();
+        let flags = |value: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "feature-flags", "namespace": "tekton-pipelines"},
+                   "data": {"disable-inline-spec": value}})
+        };
+        catalog.add_objects(&[flags("taskrun,pipelinerun")], "default");
+        assert!(catalog.inline_task_spec_refused());
+        catalog.add_objects(&[flags("pipelinerun")], "default");
+        assert!(!catalog.inline_task_spec_refused());
     }
 }

@@ -22,7 +22,9 @@ use crate::policy::select::{Labels, Subject};
 use crate::policy::{Mode, Policy, PolicySet, Verdict};
 use crate::tekton::{self, TaskRunView};
 pub use canonical::canonical;
-pub use lookup::{Catalog, Lookup};
+pub use lookup::{
+    Catalog, FEATURE_FLAGS_CONFIG_MAP, Lookup, disable_inline_spec, refuses_inline_task_spec,
+};
 pub use plan::Context;
 use plan::plan;
 pub use resolved::decide_resolved_task;

@@ -116,6 +116,16 @@ fn plan_local_ref(
     let Some(first) = inline.first() else {
         return Ok(None);
     };
+    if lookup.inline_task_spec_refused() {
+        // Inlining would make a TaskRun Tekton refuses ("must not set the field(s):
+        // spec.taskSpec"), an error about a field the user never wrote.
+        return Err(Denial::policy(
+            first,
+            format!(
+                "spec.taskRef.name: bookend injects this policy's steps by inlining Task {task_name:?} as spec.taskSpec, but Tekton's feature flag disable-inline-spec lists taskrun, so Tekton would refuse the TaskRun; set taskRef: Skip (or Deny) on the policy, or remove taskrun from disable-inline-spec in Tekton's feature-flags ConfigMap"
+            ),
+        ));
+    }
     let Some(task) = lookup.task(namespace, task_name) else {
         return Err(Denial::policy(
             first,

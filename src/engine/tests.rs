@@ -852,6 +852,35 @@ spec:
     );
 }
 
+/// Tekton's `disable-inline-spec: taskrun` refuses any TaskRun with `spec.taskSpec`: a
+/// TaskRun bookend would inline is refused by bookend, naming the flag, instead of by Tekton
+/// with an error about a field the user never wrote. User-written inline TaskRuns are
+/// Tekton's to refuse.
+#[test]
+fn inlining_is_refused_when_tekton_refuses_inline_specs() {
+    let set = policies(PRE_POST);
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                 "metadata": {"name": "build", "namespace": "team-a"},
+                 "spec": {"steps": [{"name": "compile", "image": "go"}]}})],
+        "team-a",
+    );
+    let by_ref = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"generateName": "r-", "namespace": "team-a"},
+        "spec": {"taskRef": {"name": "build"}}});
+    assert_eq!(run_with(&set, &by_ref, &catalog).outcome, Outcome::Mutated);
+    catalog.inline_task_spec_refused = true;
+    let m = denied_with(&set, &by_ref, &catalog, "disable-inline-spec lists taskrun");
+    assert!(m.contains("Task \"build\""), "{m}");
+    assert!(m.contains("set taskRef: Skip"), "{m}");
+    assert_eq!(
+        run_with(&set, &build_taskrun(), &catalog).outcome,
+        Outcome::Mutated,
+        "inline TaskRuns are not bookend's to refuse"
+    );
+}
+
 #[test]
 fn explain_covers_every_policy() {
     let set = policies(PRE_POST);

@@ -11,7 +11,7 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
-use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -21,7 +21,7 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::{PolicySource, Snapshot, TaskRunReader};
-use crate::engine::Lookup;
+use crate::engine::{FEATURE_FLAGS_CONFIG_MAP, Lookup, refuses_inline_task_spec};
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
@@ -69,6 +69,18 @@ pub struct ClusterLookup {
     pub namespaces: Store<Namespace>,
     pub tasks: Store<DynamicObject>,
     pub step_actions: Store<DynamicObject>,
+    /// Tekton's `feature-flags` ConfigMap (at most one object).
+    pub feature_flags: Store<ConfigMap>,
+}
+
+/// Tekton's namespace: the one its controller's service account lives in
+/// (`system:serviceaccount:<namespace>:<name>`).
+pub fn tekton_namespace(settings: &Settings) -> &str {
+    settings
+        .tekton_controller
+        .strip_prefix("system:serviceaccount:")
+        .and_then(|rest| rest.split_once(':'))
+        .map_or("tekton-pipelines", |(namespace, _)| namespace)
 }
 
 impl Lookup for ClusterLookup {
@@ -91,6 +103,16 @@ impl Lookup for ClusterLookup {
     fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool> {
         let key = ObjectRef::new_with(name, step_action_resource()).within(namespace);
         Some(self.step_actions.get(&key).is_some())
+    }
+
+    fn inline_task_spec_refused(&self) -> bool {
+        self.feature_flags.state().iter().any(|flags| {
+            flags
+                .data
+                .as_ref()
+                .and_then(|d| d.get("disable-inline-spec"))
+                .is_some_and(|v| refuses_inline_task_spec(v))
+        })
     }
 }
 
@@ -181,28 +203,47 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
     let notify = Arc::new(Notify::new());
     let m = &metrics;
 
-    let namespaces = spawn_reflector::<Namespace>(Api::all(client.clone()), (), None, m.clone());
+    let namespaces = spawn_reflector::<Namespace>(
+        Api::all(client.clone()),
+        (),
+        watcher::Config::default(),
+        None,
+        m.clone(),
+    );
+    // Not waited for: bookend must start without it (a missing Role, no Tekton yet); until it
+    // has synced, inlining is allowed and Tekton's own validation decides.
+    let feature_flags = spawn_reflector::<ConfigMap>(
+        Api::namespaced(client.clone(), tekton_namespace(&settings)),
+        (),
+        watcher::Config::default().fields(&format!("metadata.name={FEATURE_FLAGS_CONFIG_MAP}")),
+        None,
+        m.clone(),
+    );
     let tasks = spawn_reflector(
         Api::all_with(client.clone(), &task_resource()),
         task_resource(),
+        watcher::Config::default(),
         None,
         m.clone(),
     );
     let step_actions = spawn_reflector(
         Api::all_with(client.clone(), &step_action_resource()),
         step_action_resource(),
+        watcher::Config::default(),
         None,
         m.clone(),
     );
     let cluster_policies = spawn_reflector(
         Api::all_with(client.clone(), &cluster_policy_resource()),
         cluster_policy_resource(),
+        watcher::Config::default(),
         Some(notify.clone()),
         m.clone(),
     );
     let step_policies = spawn_reflector(
         Api::all_with(client.clone(), &step_policy_resource()),
         step_policy_resource(),
+        watcher::Config::default(),
         Some(notify.clone()),
         m.clone(),
     );
@@ -211,6 +252,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         namespaces: namespaces.clone(),
         tasks: tasks.clone(),
         step_actions: step_actions.clone(),
+        feature_flags,
     });
     let current = Arc::new(ArcSwap::from_pointee(Snapshot {
         set: Arc::new(PolicySet::default()),
@@ -339,6 +381,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
 fn spawn_reflector<K>(
     api: Api<K>,
     dyntype: K::DynamicType,
+    config: watcher::Config,
     notify: Option<Arc<Notify>>,
     metrics: Metrics,
 ) -> Store<K>
@@ -351,7 +394,7 @@ where
     let reader = writer.as_reader();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default())
+        watcher(api, config)
             .default_backoff()
             // Managed fields are large and unused: keep memory proportional to what bookend reads.
             .modify(|o| o.managed_fields_mut().clear()),
@@ -428,7 +471,26 @@ mod tests {
             namespaces: store_of((), vec![ns]),
             tasks: store_of(task_resource(), vec![task, signed]),
             step_actions: store_of(step_action_resource(), vec![action]),
+            feature_flags: store_of((), vec![]),
         }
+    }
+
+    #[test]
+    fn tekton_feature_flags_in_the_cache_refuse_inlining() {
+        let mut l = lookup();
+        assert!(!l.inline_task_spec_refused());
+        let flags: ConfigMap = serde_json::from_value(json!({
+            "metadata": {"name": "feature-flags", "namespace": "tekton-pipelines"},
+            "data": {"disable-inline-spec": "pipelinerun,taskrun"}}))
+        .unwrap();
+        l.feature_flags = store_of((), vec![flags]);
+        assert!(l.inline_task_spec_refused());
+        assert_eq!(tekton_namespace(&Settings::default()), "tekton-pipelines");
+        let openshift = Settings {
+            tekton_controller: "system:serviceaccount:openshift-pipelines:pipeline".into(),
+            ..Settings::default()
+        };
+        assert_eq!(tekton_namespace(&openshift), "openshift-pipelines");
     }
 
     #[test]

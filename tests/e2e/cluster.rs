@@ -1363,7 +1363,53 @@ fn scenario_task_ref(ctx: &mut Ctx) -> String {
     );
     assert!(has_step(&object, "test") && has_step(&object, "bookend-credentials"));
     ctx.keep("taskRef TaskRun", &object);
-    format!("inlined {inlined}; steps {:?}", step_names(&object))
+
+    // Tekton's disable-inline-spec: taskrun refuses spec.taskSpec; bookend, which watches
+    // Tekton's feature-flags ConfigMap, refuses to inline instead, naming the flag.
+    let flags = json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "feature-flags", "namespace": "tekton-pipelines"},
+        "data": {"disable-inline-spec": "taskrun"},
+    });
+    let _ = ctx
+        .cluster
+        .kubectl(&["create", "namespace", "tekton-pipelines"]);
+    ctx.cluster
+        .apply(&flags)
+        .expect_ok("Tekton's feature flags");
+    let refused = poll(
+        "bookend to see disable-inline-spec",
+        Duration::from_secs(30),
+        || {
+            let out = ctx.cluster.dry_run(run);
+            if out.stderr.contains("disable-inline-spec lists taskrun") {
+                Ok(out)
+            } else {
+                Err(format!("{}{}", out.stdout, out.stderr))
+            }
+        },
+    );
+    ctx.cluster
+        .kubectl(&[
+            "delete",
+            "configmap",
+            "-n",
+            "tekton-pipelines",
+            "feature-flags",
+        ])
+        .expect_ok("delete the feature flags");
+    // (The TaskRun above exists now: ask again under a generated name.)
+    let mut again = run.clone();
+    again["metadata"].as_object_mut().unwrap().remove("name");
+    again["metadata"]["generateName"] = json!("by-ref-");
+    ctx.cluster
+        .poll_dry_run("inlining again", &again, Out::succeeded);
+    format!(
+        "inlined {inlined}; steps {:?}; with disable-inline-spec: {}",
+        step_names(&object),
+        first_line(&refused.stderr)
+    )
 }
 
 fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
