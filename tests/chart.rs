@@ -745,6 +745,7 @@ fn custom_values_reach_the_flags_and_the_webhooks() {
     assert_eq!(arg(&a, "--reserved-prefix"), Some("org-"));
     assert_eq!(arg(&a, "--log-level"), Some("bookend=debug,info"));
     assert_eq!(arg(&a, "--log-format"), Some("text"));
+    assert_eq!(arg(&a, "--pod-backstop"), Some("warn"));
     assert_flags_exist(&a);
     for w in webhooks(&objects) {
         let name = w["name"].as_str().unwrap();

@@ -36,6 +36,16 @@ impl PodReview {
     }
 }
 
+/// What the Pod backstop does with a Pod that lacks steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PodBackstop {
+    /// Refuse it (Tekton fails the TaskRun with bookend's message).
+    #[default]
+    Enforce,
+    /// Admit it with a warning and a log line: for rolling the backstop out.
+    Warn,
+}
+
 /// What the server found when it looked for the owning TaskRun.
 pub enum OwnerLookup {
     Found(Value),
@@ -96,6 +106,7 @@ fn owner_of(pod: &Value, summary: &Summary) -> Option<Owner> {
 pub fn answer(
     review: Box<PodReview>,
     owner: OwnerLookup,
+    mode: PodBackstop,
     set: &PolicySet,
     lookup: &dyn Lookup,
 ) -> Reply {
@@ -140,6 +151,18 @@ pub fn answer(
             wanted.namespace, wanted.name
         )),
     };
+    let decision = match (mode, decision.message) {
+        (PodBackstop::Warn, Some(refusal)) => {
+            tracing::warn!(%refusal, "pod backstop (warn mode): would refuse");
+            warn(format!(
+                "bookend (pod backstop in warn mode) would refuse this Pod: {refusal}"
+            ))
+        }
+        (_, message) => Answer {
+            message,
+            ..decision
+        },
+    };
     answered(&api_version, &request.uid, decision, summary)
 }
 
@@ -147,5 +170,148 @@ fn warn(warning: String) -> Answer {
     Answer {
         warnings: vec![warning],
         ..Answer::allow()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::ReviewOutcome;
+    use crate::engine::Catalog;
+    use crate::policy::Settings;
+    use crate::policy::load::policy_set_from_yaml;
+    use serde_json::json;
+
+    fn set() -> PolicySet {
+        policy_set_from_yaml(
+            "t.yaml",
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: creds}\nspec:\n  preSteps: [{name: bookend-creds, image: alpine}]\n",
+            Settings::default(),
+        )
+        .set
+    }
+
+    fn pod_review(labels: Value, containers: &[&str]) -> Vec<u8> {
+        let containers: Vec<Value> = containers
+            .iter()
+            .map(|c| json!({"name": c, "image": "x"}))
+            .collect();
+        serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-1", "operation": "CREATE", "namespace": "team-a",
+                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "object": {"apiVersion": "v1", "kind": "Pod",
+                                   "metadata": {"name": "p", "labels": labels},
+                                   "spec": {"containers": containers}}}}))
+        .unwrap()
+    }
+
+    fn taskrun(uid: &str) -> Value {
+        json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+               "metadata": {"name": "run-1", "namespace": "team-a", "uid": uid},
+               "spec": {"taskRef": {"resolver": "git"}}})
+    }
+
+    fn labels() -> Value {
+        json!({"tekton.dev/taskRun": "run-1", "tekton.dev/taskRunUID": "uid-1"})
+    }
+
+    /// Reads `body`, expects an owner, answers with `owner`.
+    fn answer_with(body: &[u8], owner: OwnerLookup, mode: PodBackstop) -> Value {
+        let Read::Review(review) = read(body) else {
+            panic!("a readable review")
+        };
+        assert_eq!(
+            review.owner(),
+            Some(&Owner {
+                namespace: "team-a".into(),
+                name: "run-1".into(),
+                uid: Some("uid-1".into())
+            })
+        );
+        let reply = answer(review, owner, mode, &set(), &Catalog::default());
+        assert!(reply.answered());
+        serde_json::from_slice::<Value>(&reply.body).unwrap()["response"].clone()
+    }
+
+    #[test]
+    fn a_pod_without_its_steps_is_refused_and_warn_mode_admits_it() {
+        let bare = pod_review(labels(), &["step-clone"]);
+        let r = answer_with(
+            &bare,
+            OwnerLookup::Found(taskrun("uid-1")),
+            PodBackstop::Enforce,
+        );
+        assert_eq!(r["allowed"], false, "{r}");
+        assert_eq!(r["status"]["code"], 400);
+        assert!(
+            r["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("lacks the step(s) bookend-creds (ClusterStepPolicy/creds)"),
+            "{r}"
+        );
+        let r = answer_with(
+            &bare,
+            OwnerLookup::Found(taskrun("uid-1")),
+            PodBackstop::Warn,
+        );
+        assert_eq!(r["allowed"], true, "{r}");
+        assert!(
+            r["warnings"][0].as_str().unwrap().contains("would refuse"),
+            "{r}"
+        );
+        let whole = pod_review(labels(), &["step-bookend-creds", "step-clone"]);
+        let r = answer_with(
+            &whole,
+            OwnerLookup::Found(taskrun("uid-1")),
+            PodBackstop::Enforce,
+        );
+        assert_eq!(r["allowed"], true, "{r}");
+    }
+
+    #[test]
+    fn what_the_owner_lookup_found_decides_the_rest() {
+        let bare = pod_review(labels(), &["step-clone"]);
+        // Fail closed when the API server cannot be asked.
+        let r = answer_with(
+            &bare,
+            OwnerLookup::Failed("timeout".into()),
+            PodBackstop::Enforce,
+        );
+        assert_eq!(r["allowed"], false);
+        assert!(
+            r["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("fails closed")
+        );
+        // No such TaskRun, another TaskRun of that name, files mode: admitted, with a warning.
+        for owner in [
+            OwnerLookup::NotFound,
+            OwnerLookup::Found(taskrun("uid-2")),
+            OwnerLookup::Unavailable,
+        ] {
+            let r = answer_with(&bare, owner, PodBackstop::Enforce);
+            assert_eq!(r["allowed"], true, "{r}");
+            assert!(r["warnings"][0].is_string(), "{r}");
+        }
+    }
+
+    #[test]
+    fn pods_that_are_not_a_taskruns_need_nothing() {
+        let Read::Review(review) = read(&pod_review(json!({"app": "x"}), &["main"])) else {
+            panic!("a readable review")
+        };
+        assert!(review.owner().is_none());
+        let reply = answer(
+            review,
+            OwnerLookup::NotFound,
+            PodBackstop::Enforce,
+            &set(),
+            &Catalog::default(),
+        );
+        assert_eq!(reply.summary.outcome, ReviewOutcome::Allowed);
+        assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }
 }

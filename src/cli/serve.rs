@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Args, ValueEnum};
 
 use super::{EngineArgs, exit};
+use crate::admission::pods::PodBackstop;
 use crate::server::tls::TlsFiles;
 use crate::server::{self, Config, PolicySourceConfig};
 use crate::telemetry::LogFormat;
@@ -18,6 +19,13 @@ pub enum SourceArg {
     Files,
     /// ClusterStepPolicy/StepPolicy objects from the API server (in-cluster or KUBECONFIG).
     Kubernetes,
+}
+
+/// `--pod-backstop`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum PodBackstopArg {
+    Enforce,
+    Warn,
 }
 
 const DEFAULT_TLS_CERT: &str = "certs/tls.crt";
@@ -72,6 +80,11 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// The Pod backstop (`POST /validate-pods`): `enforce` refuses a TaskRun's Pod that lacks
+    /// the steps bookend injects on its path; `warn` admits it with a warning and a log line
+    /// (to roll the backstop out).
+    #[arg(long, value_enum, default_value_t = PodBackstopArg::Enforce, value_name = "MODE")]
+    pub pod_backstop: PodBackstopArg,
     /// How often the certificate, key, policy and task files are checked for changes.
     #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub reload_interval: Duration,
@@ -145,6 +158,10 @@ impl ServeArgs {
             request_timeout: self.request_timeout,
             drain_timeout: self.drain_timeout,
             reload_interval: self.reload_interval.max(Duration::from_millis(50)),
+            pod_backstop: match self.pod_backstop {
+                PodBackstopArg::Enforce => PodBackstop::Enforce,
+                PodBackstopArg::Warn => PodBackstop::Warn,
+            },
             review: crate::admission::review,
         })
     }

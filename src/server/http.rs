@@ -18,7 +18,7 @@ use tracing::Instrument;
 use tracing::field::Empty;
 
 use super::Review;
-use crate::admission::pods::{self, OwnerLookup};
+use crate::admission::pods::{self, OwnerLookup, PodBackstop};
 use crate::admission::{Endpoint, Reply, ReviewOutcome, Summary};
 use crate::metrics::{self, Metrics};
 use crate::source::{PolicySource, Snapshot};
@@ -33,6 +33,7 @@ pub struct AppState {
     pub ready: AtomicBool,
     pub request_timeout: Duration,
     pub review: Review,
+    pub pod_backstop: PodBackstop,
 }
 
 /// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
@@ -173,7 +174,15 @@ async fn review_pod(state: &AppState, body: &[u8], snapshot: &Snapshot) -> Resul
             }
         }
     };
-    guarded(|| pods::answer(review, owner, &snapshot.set, snapshot.lookup.as_ref()))
+    guarded(|| {
+        pods::answer(
+            review,
+            owner,
+            state.pod_backstop,
+            &snapshot.set,
+            snapshot.lookup.as_ref(),
+        )
+    })
 }
 
 /// Runs `f`; a panic becomes its message (a bug: the answer is a 400, the server goes on).

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+use crate::admission::pods::PodBackstop;
 use crate::admission::{Endpoint, Reply};
 use crate::engine::Lookup;
 use crate::metrics::Metrics;
@@ -64,6 +65,8 @@ pub struct Config {
     pub request_timeout: Duration,
     pub drain_timeout: Duration,
     pub reload_interval: Duration,
+    /// What `/validate-pods` does with a TaskRun Pod that lacks steps.
+    pub pod_backstop: PodBackstop,
     pub review: Review,
 }
 
@@ -142,6 +145,7 @@ pub async fn bind(config: Config) -> Result<Bound, Error> {
         ready: AtomicBool::new(false),
         request_timeout: config.request_timeout,
         review: config.review,
+        pod_backstop: config.pod_backstop,
     });
     Ok(Bound {
         webhook,

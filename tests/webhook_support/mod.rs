@@ -216,6 +216,7 @@ impl TestServer {
             drain_timeout: options.drain_timeout,
             reload_interval: options.reload_interval,
             review: options.review,
+            pod_backstop: Default::default(),
         };
         let bound = server::bind(config).await.expect("server binds");
         let (addr, admin) = (bound.webhook_addr(), bound.admin_addr());
