@@ -1185,33 +1185,7 @@ fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
 /// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
 /// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
 fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
-    const CONTROLLER: &str = "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
-    let as_controller = format!("--as={CONTROLLER}");
-    let rbac = json!({
-        "apiVersion": "v1",
-        "kind": "List",
-        "items": [
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRole",
-                "metadata": {"name": "e2e-tekton-controller-pods"},
-                "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]},
-                          {"apiGroups": ["tekton.dev"], "resources": ["tasks"], "verbs": ["create"]}],
-            },
-            {
-                "apiVersion": "rbac.authorization.k8s.io/v1",
-                "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-tekton-controller-pods"},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": "e2e-tekton-controller-pods"},
-                "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
-                              "namespace": "tekton-pipelines"}],
-            },
-        ],
-    });
-    ctx.cluster
-        .apply(&rbac)
-        .expect_ok("RBAC for the impersonated controller");
+    let as_controller = impersonate_tekton_controller(ctx, &["pods", "tasks"]);
     let remote = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "TaskRun",
@@ -1412,11 +1386,18 @@ fn scenario_task_ref(ctx: &mut Ctx) -> String {
     )
 }
 
-fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
-    // Tekton's controller dry-run-creates a resolved remote Task and runs what comes back. The
-    // webhook entry tasks-dryrun.mutate.bookend.dev only matches that (matchConditions, CEL,
-    // evaluated by the apiserver): dryRun and the controller's user. Impersonate the user.
-    const CONTROLLER: &str = "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
+/// Lets the tests act as Tekton's controller (`kubectl --as=…`), whose dry-run Task CREATEs
+/// and Pod CREATEs the webhooks' matchConditions select, with create rights on `resources`
+/// (core `pods`, `tekton.dev` `tasks`). Returns the `--as` flag.
+fn impersonate_tekton_controller(ctx: &mut Ctx, resources: &[&str]) -> String {
+    let rules: Vec<Value> = resources
+        .iter()
+        .map(|r| {
+            let group = if *r == "pods" { "" } else { "tekton.dev" };
+            json!({"apiGroups": [group], "resources": [r], "verbs": ["create"]})
+        })
+        .collect();
+    let name = format!("e2e-tekton-controller-{}", resources.join("-"));
     let rbac = json!({
         "apiVersion": "v1",
         "kind": "List",
@@ -1424,15 +1405,15 @@ fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRole",
-                "metadata": {"name": "e2e-tekton-controller"},
-                "rules": [{"apiGroups": ["tekton.dev"], "resources": ["tasks"], "verbs": ["create"]}],
+                "metadata": {"name": name},
+                "rules": rules,
             },
             {
                 "apiVersion": "rbac.authorization.k8s.io/v1",
                 "kind": "ClusterRoleBinding",
-                "metadata": {"name": "e2e-tekton-controller"},
+                "metadata": {"name": name},
                 "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                            "name": "e2e-tekton-controller"},
+                            "name": name},
                 "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
                               "namespace": "tekton-pipelines"}],
             },
@@ -1441,6 +1422,14 @@ fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
     ctx.cluster
         .apply(&rbac)
         .expect_ok("RBAC for the impersonated controller");
+    format!("--as={}", bookend::policy::DEFAULT_TEKTON_CONTROLLER)
+}
+
+fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
+    // Tekton's controller dry-run-creates a resolved remote Task and runs what comes back. The
+    // webhook entry tasks-dryrun.mutate.bookend.dev only matches that (matchConditions, CEL,
+    // evaluated by the apiserver): dryRun and the controller's user. Impersonate the user.
+    let as_controller = impersonate_tekton_controller(ctx, &["tasks"]);
     let task = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "Task",
@@ -1448,7 +1437,6 @@ fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
         "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
                             "script": "echo remote"}]},
     });
-    let as_controller = format!("--as={CONTROLLER}");
     let out = poll(
         "the controller's RBAC to take effect",
         Duration::from_secs(30),
