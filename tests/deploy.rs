@@ -494,9 +494,16 @@ fn the_cluster_role_is_least_privilege() {
             expected.insert((group.to_owned(), "events".to_owned(), verb.to_owned()));
         }
     }
+    for resource in ["clustersteppolicies/status", "steppolicies/status"] {
+        expected.insert((
+            "bookend.dev".to_owned(),
+            resource.to_owned(),
+            "patch".to_owned(),
+        ));
+    }
     assert_eq!(
         granted, expected,
-        "ClusterRole grants exactly what the caches and Events need"
+        "ClusterRole grants exactly what the caches, the status writes, Events and reports need"
     );
 
     let binding = one(&objects, "ClusterRoleBinding");
