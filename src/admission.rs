@@ -98,6 +98,18 @@ pub struct Summary {
     /// Steps injected per policy.
     pub injected: Vec<(String, usize)>,
     pub warnings: usize,
+    /// A TaskRun CREATE the backstop (`/validate`) admitted, not a dry run: the final object,
+    /// with its name and uid (the API server assigns both before validating admission), for the
+    /// Events and PolicyReport results written after the answer.
+    pub admitted: Option<Admitted>,
+}
+
+/// A TaskRun as admitted, moved out of the request (not copied).
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    pub object: Value,
+    /// The namespace it is created in.
+    pub namespace: String,
 }
 
 #[derive(Deserialize)]
@@ -281,7 +293,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
             );
         }
     };
-    let Some(request) = parsed.request else {
+    let Some(mut request) = parsed.request else {
         return bad_request(summary, "AdmissionReview has no request".to_owned());
     };
     summary.uid = request.uid.clone();
@@ -336,6 +348,18 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     summary.outcome = answer.outcome;
     summary.reason = answer.message.clone();
     summary.warnings = answer.warnings.len();
+    if endpoint == Endpoint::Validate
+        && !summary.dry_run
+        && answer.outcome == ReviewOutcome::Allowed
+        && request.operation == "CREATE"
+        && request.sub_resource.as_deref().is_none_or(str::is_empty)
+        && (request.kind.group.as_str(), request.kind.kind.as_str()) == (tekton::GROUP, "TaskRun")
+    {
+        summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
+            object,
+            namespace: summary.namespace.clone(),
+        });
+    }
     Reply {
         body: review_response(&api_version, &request.uid, &answer),
         summary,

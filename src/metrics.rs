@@ -85,6 +85,8 @@ pub struct Metrics {
     tls_handshake_errors: Counter,
     events: Family<EventLabels, Counter>,
     status_writes: Family<ResultLabels, Counter>,
+    report_writes: Family<ResultLabels, Counter>,
+    followups_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -188,10 +190,23 @@ impl Metrics {
             "Writes of a policy's status (kubernetes mode; only when it changed), by result",
             status_writes.clone(),
         );
+        let report_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "bookend_policy_report_writes",
+            "Writes of a namespace's PolicyReport with Audit results, by result",
+            report_writes.clone(),
+        );
+        let followups_dropped = Counter::default();
+        registry.register(
+            "bookend_followups_dropped",
+            "Admitted TaskRuns whose Events and PolicyReport results were dropped because the queue to their writer was full (the admission answer never waits for it)",
+            followups_dropped.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
             let _ = status_writes.get_or_create(&ResultLabels { result });
+            let _ = report_writes.get_or_create(&ResultLabels { result });
             for regarding in ["taskrun", "policy"] {
                 let _ = events.get_or_create(&EventLabels { regarding, result });
             }
@@ -213,6 +228,8 @@ impl Metrics {
             watch_errors,
             events,
             status_writes,
+            report_writes,
+            followups_dropped,
         }
     }
 
@@ -306,6 +323,17 @@ impl Metrics {
             .inc();
     }
 
+    pub fn policy_report_write(&self, ok: bool) {
+        self.report_writes
+            .get_or_create(&ResultLabels { result: result(ok) })
+            .inc();
+    }
+
+    /// An admitted TaskRun's Events and PolicyReport results were dropped (queue full).
+    pub fn followup_dropped(&self) {
+        self.followups_dropped.inc();
+    }
+
     pub fn handler_panic(&self) {
         self.panics.inc();
     }
@@ -365,6 +393,8 @@ mod tests {
             "bookend_admission_in_flight 0",
             "bookend_events_total{regarding=\"taskrun\",result=\"error\"} 0",
             "bookend_status_writes_total{result=\"success\"} 0",
+            "bookend_policy_report_writes_total{result=\"error\"} 0",
+            "bookend_followups_dropped_total 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -2,6 +2,7 @@
 //! Pure: no I/O, no clock; everything it needs arrives as arguments.
 
 mod admitted;
+mod audit;
 mod canonical;
 pub mod check;
 pub mod inject;
@@ -20,6 +21,7 @@ use crate::patch::Operation;
 use crate::policy::select::{Labels, Subject};
 use crate::policy::{Mode, Policy, PolicySet, Verdict};
 use crate::tekton::{self, TaskRunView};
+pub use audit::{AuditFinding, AuditOutcome, audit};
 pub use canonical::canonical;
 pub use lookup::{Catalog, Lookup};
 pub use plan::Context;

@@ -19,6 +19,7 @@ use tracing::field::Empty;
 
 use super::Review;
 use crate::admission::{Endpoint, ReviewOutcome, Summary};
+use crate::events::Followups;
 use crate::metrics::{self, Metrics};
 use crate::source::PolicySource;
 
@@ -32,6 +33,8 @@ pub struct AppState {
     pub ready: AtomicBool,
     pub request_timeout: Duration,
     pub review: Review,
+    /// Events and PolicyReport results after admission (kubernetes mode).
+    pub followups: Option<Followups>,
 }
 
 /// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
@@ -128,15 +131,21 @@ async fn answer(
         (state.review)(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())
     }));
     match reviewed {
-        Ok(reply) => (
-            if reply.answered() {
-                StatusCode::OK
-            } else {
-                StatusCode::BAD_REQUEST
-            },
-            reply.body,
-            reply.summary,
-        ),
+        Ok(mut reply) => {
+            // Hand the admitted TaskRun over and answer: never waits for the API server.
+            if let (Some(admitted), Some(f)) = (reply.summary.admitted.take(), &state.followups) {
+                f.offer(admitted, &snapshot);
+            }
+            (
+                if reply.answered() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                reply.body,
+                reply.summary,
+            )
+        }
         Err(panic) => {
             let message = panic
                 .downcast_ref::<&str>()
