@@ -218,14 +218,17 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                 .into_iter()
                 .chain(step_policies.state())
                 .collect();
-            // What the set depends on: each policy's identity, generation (bumped by every spec
-            // change, not by status writes or metadata edits) and creation time. bookend's own
-            // status writes come back as watch events; they need no rebuild.
-            let mut inputs: Vec<(String, Option<i64>, Option<String>)> = objects
+            // What the set depends on: each policy's identity (a re-created policy has a new
+            // uid), generation (bumped by every spec change, not by status writes or metadata
+            // edits) and creation time. bookend's own status writes come back as watch events;
+            // they need no rebuild.
+            type Input = (String, Option<String>, Option<i64>, Option<String>);
+            let mut inputs: Vec<Input> = objects
                 .iter()
                 .map(|o| {
                     (
                         policy_key(o),
+                        o.metadata.uid.clone(),
                         o.metadata.generation,
                         o.metadata
                             .creation_timestamp

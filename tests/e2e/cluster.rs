@@ -1023,6 +1023,19 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
         });
     let object = out.json();
     ctx.keep("dry-run with a StepPolicy", &object);
+    // Its status too (a namespaced status write).
+    poll("the StepPolicy's status", Duration::from_secs(30), || {
+        let p = ctx.cluster.get_json(
+            &["steppolicy", "-n", TEAM_B, "e2e-team-b"],
+            "the StepPolicy",
+        );
+        let c = &p["status"]["conditions"][0];
+        if c["reason"] == "Loaded" && p["status"]["postSteps"] == json!(["bookend-e2e-team-b"]) {
+            Ok(())
+        } else {
+            Err(p["status"].to_string())
+        }
+    });
     let in_a = ctx
         .cluster
         .dry_run(&taskrun(TEAM_A, "sp-", "work"))
