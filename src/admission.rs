@@ -101,6 +101,18 @@ pub struct Summary {
     /// Steps injected per policy.
     pub injected: Vec<(String, usize)>,
     pub warnings: usize,
+    /// A TaskRun CREATE the backstop (`/validate`) admitted, not a dry run: the final object,
+    /// with its name and uid (the API server assigns both before validating admission), for the
+    /// Events and PolicyReport results written after the answer.
+    pub admitted: Option<Admitted>,
+}
+
+/// A TaskRun as admitted, moved out of the request (not copied).
+#[derive(Clone, Debug)]
+pub struct Admitted {
+    pub object: Value,
+    /// The namespace it is created in.
+    pub namespace: String,
 }
 
 #[derive(Deserialize)]
@@ -254,7 +266,7 @@ struct ErrorOut<'a> {
 
 /// Handles one AdmissionReview body.
 pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
-    let (api_version, request, mut summary) = match parse(body) {
+    let (api_version, mut request, mut summary) = match parse(body) {
         Ok(parsed) => parsed,
         Err(reply) => return *reply,
     };
@@ -296,6 +308,18 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         }
         _ => Answer::allow(),
     };
+    if endpoint == Endpoint::Validate
+        && !summary.dry_run
+        && answer.outcome == ReviewOutcome::Allowed
+        && request.operation == "CREATE"
+        && request.sub_resource.as_deref().is_none_or(str::is_empty)
+        && (request.kind.group.as_str(), request.kind.kind.as_str()) == (tekton::GROUP, "TaskRun")
+    {
+        summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
+            object,
+            namespace: summary.namespace.clone(),
+        });
+    }
     answered(&api_version, &request.uid, answer, summary)
 }
 

@@ -13,7 +13,8 @@
 //! ```
 //!
 //! Layers, each importing only those below it: [`cli`] (the command line, exit codes) →
-//! [`server`] (HTTPS webhook and admin port) → [`source`] (where policies come from) →
+//! [`server`] (HTTPS webhook and admin port) → [`events`] (after admission: Events on TaskRuns,
+//! Audit results) → [`reports`] (PolicyReports) → [`source`] (where policies come from) →
 //! [`admission`] (the AdmissionReview envelope) → [`engine`] (the decision) → [`policy`] (the
 //! `bookend.dev/v1alpha1` API, loading, validation, matching) → [`patch`] and [`tekton`]
 //! (RFC 6902 patches, the TaskRun model). [`metrics`], [`telemetry`] and [`certs`] serve the
@@ -25,9 +26,11 @@ pub mod admission;
 pub mod certs;
 pub mod cli;
 pub mod engine;
+pub mod events;
 pub mod metrics;
 pub mod patch;
 pub mod policy;
+pub mod reports;
 pub mod server;
 pub mod source;
 pub mod tekton;

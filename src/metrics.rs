@@ -49,6 +49,17 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// Events posted: what they are about (`taskrun`, `policy`) and `success` or `error`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EventLabels {
+    regarding: &'static str,
+    result: &'static str,
+}
+
+fn result(ok: bool) -> &'static str {
+    if ok { "success" } else { "error" }
+}
+
 type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
 
 fn duration_histogram() -> Histogram {
@@ -72,6 +83,10 @@ pub struct Metrics {
     invalid_policies: Gauge,
     watch_errors: Counter,
     tls_handshake_errors: Counter,
+    events: Family<EventLabels, Counter>,
+    status_writes: Family<ResultLabels, Counter>,
+    report_writes: Family<ResultLabels, Counter>,
+    followups_dropped: Counter,
 }
 
 impl Default for Metrics {
@@ -163,9 +178,38 @@ impl Metrics {
             "Kubernetes watch errors (each is retried with backoff; requests are answered from the last state)",
             watch_errors.clone(),
         );
+        let events = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "bookend_events",
+            "Kubernetes Events posted (kubernetes mode), by what they are about (taskrun, policy) and result",
+            events.clone(),
+        );
+        let status_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "bookend_status_writes",
+            "Writes of a policy's status (kubernetes mode; only when it changed), by result",
+            status_writes.clone(),
+        );
+        let report_writes = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "bookend_policy_report_writes",
+            "Writes of a namespace's PolicyReport with Audit results, by result",
+            report_writes.clone(),
+        );
+        let followups_dropped = Counter::default();
+        registry.register(
+            "bookend_followups_dropped",
+            "Admitted TaskRuns whose Events and PolicyReport results were dropped because the queue to their writer was full (the admission answer never waits for it)",
+            followups_dropped.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
+            let _ = status_writes.get_or_create(&ResultLabels { result });
+            let _ = report_writes.get_or_create(&ResultLabels { result });
+            for regarding in ["taskrun", "policy"] {
+                let _ = events.get_or_create(&EventLabels { regarding, result });
+            }
         }
         Self {
             registry: Arc::new(registry),
@@ -182,6 +226,10 @@ impl Metrics {
             tls_handshake_errors,
             invalid_policies,
             watch_errors,
+            events,
+            status_writes,
+            report_writes,
+            followups_dropped,
         }
     }
 
@@ -259,6 +307,33 @@ impl Metrics {
         self.watch_errors.inc();
     }
 
+    /// An Event about a `taskrun` or a `policy` was posted (or failed).
+    pub fn event(&self, regarding: &'static str, ok: bool) {
+        self.events
+            .get_or_create(&EventLabels {
+                regarding,
+                result: result(ok),
+            })
+            .inc();
+    }
+
+    pub fn status_write(&self, ok: bool) {
+        self.status_writes
+            .get_or_create(&ResultLabels { result: result(ok) })
+            .inc();
+    }
+
+    pub fn policy_report_write(&self, ok: bool) {
+        self.report_writes
+            .get_or_create(&ResultLabels { result: result(ok) })
+            .inc();
+    }
+
+    /// An admitted TaskRun's Events and PolicyReport results were dropped (queue full).
+    pub fn followup_dropped(&self) {
+        self.followups_dropped.inc();
+    }
+
     pub fn handler_panic(&self) {
         self.panics.inc();
     }
@@ -316,6 +391,10 @@ mod tests {
             "bookend_certificate_expiry_timestamp_seconds 1900000000",
             "bookend_handler_panics_total 1",
             "bookend_admission_in_flight 0",
+            "bookend_events_total{regarding=\"taskrun\",result=\"error\"} 0",
+            "bookend_status_writes_total{result=\"success\"} 0",
+            "bookend_policy_report_writes_total{result=\"error\"} 0",
+            "bookend_followups_dropped_total 0",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -921,7 +921,7 @@ struct DeployRender {
     files: &'static [(&'static str, &'static str)],
 }
 
-const DEPLOY_RENDERS: [DeployRender; 3] = [
+const DEPLOY_RENDERS: [DeployRender; 4] = [
     DeployRender {
         extra: &[],
         values: "charts/bookend/ci/kustomize-values.yaml",
@@ -957,6 +957,11 @@ const DEPLOY_RENDERS: [DeployRender; 3] = [
             ),
             ("dashboard.yaml", "deploy/monitoring/dashboard.yaml"),
         ],
+    },
+    DeployRender {
+        extra: &["--set", "policyReports.installCRD=true"],
+        values: "charts/bookend/ci/kustomize-values.yaml, policyReports.installCRD=true",
+        files: &[("policyreport-crd.yaml", "deploy/policyreport/crd.yaml")],
     },
 ];
 
@@ -1063,6 +1068,11 @@ fn kubectl_kustomize_of_deploy_equals_helm_template() {
             &["-f", "charts/bookend/ci/monitoring-values.yaml"][..],
             Some(&["ServiceMonitor", "PrometheusRule", "ConfigMap"][..]),
         ),
+        (
+            "deploy/policyreport",
+            &["--set", "policyReports.installCRD=true"][..],
+            Some(&["CustomResourceDefinition/policyreports.wgpolicyk8s.io"][..]),
+        ),
     ] {
         let out = Command::new(&kubectl)
             .args(["kustomize", dir])
@@ -1090,7 +1100,13 @@ fn kubectl_kustomize_of_deploy_equals_helm_template() {
         let helm = by_key(
             render("bookend", NAMESPACE, &args)
                 .into_iter()
-                .filter(|o| only.is_none_or(|kinds| kinds.contains(&o["kind"].as_str().unwrap())))
+                .filter(|o| {
+                    let kind = o["kind"].as_str().unwrap();
+                    let key = format!("{kind}/{}", o["metadata"]["name"].as_str().unwrap());
+                    only.is_none_or(|allowed| {
+                        allowed.contains(&kind) || allowed.contains(&key.as_str())
+                    })
+                })
                 .collect(),
         );
         assert_eq!(

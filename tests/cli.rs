@@ -370,3 +370,119 @@ fn golden_files() {
         Path::new(&dir).display()
     );
 }
+
+/// The example policies ship with their tests, and they pass.
+#[test]
+fn test_runs_the_example_policy_tests() {
+    let out = bookend(&["test", "examples/"]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.starts_with("RESULT  TEST"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "pass    example-policies  a team build gets credentials first and the SBOM steps last"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    assert!(
+        stdout.ends_with("10 passed, 0 failed (10 cases in 1 test)\n"),
+        "{stdout}"
+    );
+}
+
+/// A test file whose expectations are wrong: exit 1, every reason, a field-level diff of the
+/// expected TaskRun, and JUnit XML that counts the failures.
+#[test]
+fn test_failures_are_explained_and_written_as_junit() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::root();
+    let mut expected: Value = serde_yaml_ng::from_str(
+        &std::fs::read_to_string(root.join("examples/tests/expected/build.yaml")).unwrap(),
+    )
+    .unwrap();
+    // A wrong image in an injected step, and an expected label the admitted TaskRun lacks.
+    expected["spec"]["taskSpec"]["steps"][0]["image"] = "docker.io/library/busybox:1.36".into();
+    expected["metadata"]["labels"] = serde_json::json!({"team": "a"});
+    std::fs::write(
+        dir.path().join("expected.yaml"),
+        serde_yaml_ng::to_string(&expected).unwrap(),
+    )
+    .unwrap();
+    let test = format!(
+        r#"apiVersion: cli.bookend.dev/v1alpha1
+kind: Test
+metadata: {{name: wrong}}
+policies: [{policies}]
+resources: [{taskruns}]
+results:
+  - taskRun: build-
+    result: mutated
+    patchedTaskRun: expected.yaml
+  - taskRun: build-
+    namespace: default
+    result: mutated
+    injected: [bookend-credentials]
+  - taskRun: legacy-build
+    result: denied
+    message: nope
+    warnings: [something]
+"#,
+        policies = root.join("examples/policies").display(),
+        taskruns = root.join("examples/taskruns").display(),
+    );
+    let file = dir.path().join("wrong.bookend-test.yaml");
+    std::fs::write(&file, test).unwrap();
+    let junit = dir.path().join("junit.xml");
+    let out = bookend(&[
+        "test",
+        dir.path().to_str().unwrap(),
+        "--junit",
+        junit.to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    for needle in [
+        "FAIL    wrong  team-a/build-",
+        "spec.taskSpec.steps[bookend-credentials].image: expected \"docker.io/library/busybox:1.36\", got \"docker.io/library/busybox:1.37\"",
+        "metadata.labels: missing (expected {\"team\":\"a\"})",
+        "result: expected mutated, got admitted",
+        "injected: expected [\"bookend-credentials\"], got []",
+        "result: expected denied, got mutated",
+        "message: expected a denial containing \"nope\", got none",
+        "warnings: none contains \"something\"; got []",
+        "0 passed, 3 failed (3 cases in 1 test)",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle:?} in\n{stdout}");
+    }
+    let xml = std::fs::read_to_string(&junit).unwrap();
+    assert!(
+        xml.contains(r#"<testsuites name="bookend test" tests="3" failures="3">"#),
+        "{xml}"
+    );
+    assert_eq!(xml.matches("<failure ").count(), 3, "{xml}");
+}
+
+#[test]
+fn test_bad_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("bookend-test.yaml");
+    let write = |text: &str| std::fs::write(&file, text).unwrap();
+    let run = || bookend(&["test", file.to_str().unwrap()]);
+    write(
+        "apiVersion: cli.bookend.dev/v1alpha1\nkind: Test\nmetadata: {name: t}\npolicies: [missing]\nresults: []\n",
+    );
+    let out = run();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
+    write("apiVersion: v1\nkind: ConfigMap\n");
+    let out = run();
+    assert_eq!(out.status.code(), Some(2));
+    let out = bookend(&["test", "src"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("no test file found"));
+}

@@ -502,11 +502,29 @@ fn the_cluster_role_is_least_privilege() {
     for verb in ["get", "list", "watch"] {
         expected.insert(("".into(), "configmaps".into(), verb.into()));
     }
-    // The Pod backstop reads one TaskRun per Pod; it never lists or watches them.
-    expected.insert(("tekton.dev".into(), "taskruns".into(), "get".into()));
+    // One TaskRun GET: the Pod backstop, and the follow-ups' check that a TaskRun was stored.
+    expected.insert((
+        "tekton.dev".to_owned(),
+        "taskruns".to_owned(),
+        "get".to_owned(),
+    ));
+    for verb in ["get", "create", "update"] {
+        expected.insert((
+            "wgpolicyk8s.io".to_owned(),
+            "policyreports".to_owned(),
+            verb.to_owned(),
+        ));
+    }
+    for resource in ["clustersteppolicies/status", "steppolicies/status"] {
+        expected.insert((
+            "bookend.dev".to_owned(),
+            resource.to_owned(),
+            "patch".to_owned(),
+        ));
+    }
     assert_eq!(
         granted, expected,
-        "ClusterRole grants exactly what the caches, the Pod backstop and Events need"
+        "ClusterRole grants exactly what the caches, the status writes, Events and reports need"
     );
 
     let binding = one(&objects, "ClusterRoleBinding");
@@ -658,7 +676,14 @@ fn every_webhook_entry_is_explicit_and_calls_the_service() {
             assert!(names.insert(name), "duplicate webhook name {name}");
             assert!(name.split('.').count() >= 3, "{name}: a qualified name");
             assert_eq!(strings(&w["admissionReviewVersions"]), ["v1"], "{name}");
-            assert_eq!(w["sideEffects"], "None", "{name}");
+            // The backstop posts Events and PolicyReport results after admitting a TaskRun,
+            // never for a dry run; nothing else has side effects.
+            let side_effects = if name == "taskruns.validate.bookend.dev" {
+                "NoneOnDryRun"
+            } else {
+                "None"
+            };
+            assert_eq!(w["sideEffects"], side_effects, "{name}");
             assert_eq!(w["matchPolicy"], "Exact", "{name}");
             let timeout = w["timeoutSeconds"].as_u64().expect("timeoutSeconds set");
             assert!(

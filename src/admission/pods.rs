@@ -59,14 +59,14 @@ pub enum OwnerLookup {
 /// A Pod review, read: or the final reply to a malformed one.
 pub enum Read {
     Review(Box<PodReview>),
-    Malformed(Reply),
+    Malformed(Box<Reply>),
 }
 
 /// Reads a Pod review.
 pub fn read(body: &[u8]) -> Read {
     let (api_version, request, summary) = match parse(body) {
         Ok(parsed) => parsed,
-        Err(reply) => return Read::Malformed(*reply),
+        Err(reply) => return Read::Malformed(reply),
     };
     let owner = match (
         &request.kind.group[..],

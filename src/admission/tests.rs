@@ -348,3 +348,33 @@ fn the_answer_is_the_admission_review_the_api_expects() {
         );
     }
 }
+
+#[test]
+fn the_backstop_hands_over_the_admitted_taskrun_for_events_and_reports() {
+    // What the mutating webhook made of the TaskRun, as the apiserver sends it to /validate:
+    // with its generated name and uid.
+    let mut injected = crate::engine::decide(
+        crate::engine::Request {
+            object: &taskrun(),
+            namespace: "team-a",
+            dry_run: false,
+        },
+        &set(),
+        &Catalog::default(),
+    )
+    .object;
+    injected["metadata"]["name"] = json!("x-7f2kq");
+    injected["metadata"]["uid"] = json!("2b9c7b8e-0000-4000-8000-000000000001");
+    let reply = validate(&create(injected.clone()));
+    assert_eq!(reply.summary.outcome, ReviewOutcome::Allowed);
+    let admitted = reply.summary.admitted.expect("an admitted TaskRun");
+    assert_eq!(admitted.object, injected);
+    assert_eq!(admitted.namespace, "team-a");
+    // Not for dry runs, refusals, or the mutating webhook (no name or uid yet).
+    let dry = validate(&review_body("CREATE", injected.clone(), true));
+    assert!(dry.summary.admitted.is_none());
+    let refused = validate(&create(taskrun()));
+    assert_eq!(refused.summary.outcome, ReviewOutcome::Denied);
+    assert!(refused.summary.admitted.is_none());
+    assert!(mutate(&create(taskrun())).summary.admitted.is_none());
+}

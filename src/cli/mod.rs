@@ -1,4 +1,4 @@
-//! The command line: `serve`, `render`, `validate`, `certs`, `crds`. Each subcommand's
+//! The command line: `serve`, `render`, `validate`, `test`, `certs`, `crds`. Each subcommand's
 //! arguments, their translation into the library's typed configuration, and the exit codes
 //! live here and nowhere else; offline commands run the same engine as the webhook.
 
@@ -6,6 +6,7 @@ mod certs;
 mod crds;
 mod render;
 mod serve;
+mod test;
 mod validate;
 
 use std::process::ExitCode;
@@ -17,6 +18,7 @@ use crate::policy::Settings;
 pub use certs::CertsArgs;
 pub use render::{OutputFormat, RenderArgs};
 pub use serve::{ServeArgs, SourceArg, parse_duration};
+pub use test::TestArgs;
 pub use validate::ValidateArgs;
 
 /// Org-wide pre-steps and post-steps for Tekton TaskRuns, enforced at admission.
@@ -35,6 +37,8 @@ pub enum Command {
     Render(RenderArgs),
     /// Check policies; prints `file: policy: field.path: message` for each problem.
     Validate(ValidateArgs),
+    /// Run declarative policy tests: expected decisions for TaskRuns, as the webhook makes them.
+    Test(TestArgs),
     /// Write a development CA and serving certificate.
     Certs(CertsArgs),
     /// Print the CustomResourceDefinitions of the policy kinds.
@@ -92,6 +96,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => serve::run(&args),
         Command::Render(args) => render::run(&args),
         Command::Validate(args) => validate::run(&args),
+        Command::Test(args) => test::run(&args),
         Command::Certs(args) => certs::run(&args),
         Command::Crds => crds::run(),
     })

@@ -88,8 +88,29 @@ pub struct ServeArgs {
     /// How often the certificate, key, policy and task files are checked for changes.
     #[arg(long, default_value = "1s", value_name = "DURATION", value_parser = parse_duration)]
     pub reload_interval: Duration,
+    /// Kubernetes mode: post an Event on each admitted TaskRun (steps injected, a policy
+    /// skipped). `--taskrun-events=false` turns them off; Events on policies stay.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_TASKRUN_EVENTS")]
+    pub taskrun_events: bool,
+    /// Kubernetes mode: write Audit policies' results to a PolicyReport per namespace
+    /// (wgpolicyk8s.io/v1alpha2), when that CRD is installed.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_POLICY_REPORTS")]
+    pub policy_reports: bool,
+    /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
+    #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
+    pub policy_report_max_results: usize,
     #[command(flatten)]
     pub engine: EngineArgs,
+}
+
+fn parse_report_limit(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(n @ 1..=crate::reports::MAX_LIMIT) => Ok(n),
+        _ => Err(format!(
+            "{text:?} is not a number from 1 to {}",
+            crate::reports::MAX_LIMIT
+        )),
+    }
 }
 
 /// Parses `250ms`, `5s`, `2m` or a bare number of seconds.
@@ -144,7 +165,11 @@ impl ServeArgs {
                     policies: self.policies.clone(),
                     tasks: self.tasks.clone(),
                 },
-                SourceArg::Kubernetes => PolicySourceConfig::Kubernetes,
+                SourceArg::Kubernetes => PolicySourceConfig::Kubernetes(crate::events::Options {
+                    taskrun_events: self.taskrun_events,
+                    policy_reports: self.policy_reports,
+                    report_limit: self.policy_report_max_results,
+                }),
             },
             settings: self.engine.settings(),
             tls: TlsFiles {
@@ -246,6 +271,39 @@ pub(super) fn run(args: &ServeArgs) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn kubernetes_mode_writes_events_and_reports_unless_told_not_to() {
+        use clap::Parser;
+        let parse = |args: &[&str]| {
+            let cli = crate::cli::Cli::try_parse_from(
+                [&["bookend", "serve", "--source", "kubernetes"][..], args].concat(),
+            )
+            .unwrap();
+            let crate::cli::Command::Serve(serve) = cli.command else {
+                panic!("serve")
+            };
+            serve
+        };
+        let default = parse(&[]);
+        assert!(default.taskrun_events && default.policy_reports);
+        assert_eq!(default.policy_report_max_results, 200);
+        let off = parse(&[
+            "--taskrun-events=false",
+            "--policy-reports=false",
+            "--policy-report-max-results=50",
+        ]);
+        assert!(!off.taskrun_events && !off.policy_reports);
+        assert_eq!(off.policy_report_max_results, 50);
+        assert!(
+            crate::cli::Cli::try_parse_from([
+                "bookend",
+                "serve",
+                "--policy-report-max-results=5000"
+            ])
+            .is_err()
+        );
+    }
 
     #[test]
     fn durations() {

@@ -2,6 +2,7 @@
 //! Pure: no I/O, no clock; everything it needs arrives as arguments.
 
 mod admitted;
+mod audit;
 mod canonical;
 pub mod check;
 pub mod inject;
@@ -21,6 +22,7 @@ use crate::patch::Operation;
 use crate::policy::select::{Labels, Subject};
 use crate::policy::{Mode, Policy, PolicySet, Verdict};
 use crate::tekton::{self, TaskRunView};
+pub use audit::{AuditFinding, AuditOutcome, audit};
 pub use canonical::canonical;
 pub use lookup::{
     Catalog, FEATURE_FLAGS_CONFIG_MAP, Lookup, disable_inline_spec, refuses_inline_task_spec,

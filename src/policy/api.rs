@@ -32,10 +32,14 @@ pub const API_VERSION: &str = "bookend.dev/v1alpha1";
     shortname = "sp",
     namespaced,
     doc = "Pre-steps and post-steps bookend injects into the TaskRuns of this policy's own namespace.",
+    status = "StepPolicyStatus",
+    printcolumn = r#"{"name":"Ready","type":"string","description":"Whether the policy is in bookend's active set","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Loaded, Invalid or Conflict","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
-    printcolumn = r#"{"name":"PostStepsRun","type":"string","jsonPath":".spec.postStepsRun"}"#,
-    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name":"PostStepsRun","type":"string","priority":1,"jsonPath":".spec.postStepsRun"}"#,
+    printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
 )]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct StepPolicySpec {
@@ -100,6 +104,55 @@ impl Default for StepPolicySpec {
             remote_task_ref: RemoteTaskRefPolicy::default(),
         }
     }
+}
+
+/// What bookend reports about a policy (`--source kubernetes`): whether it is in the active set,
+/// and what it injects now.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepPolicyStatus {
+    /// `Ready`: True (reason Loaded) when the policy is in bookend's active set; False when it
+    /// is left out, with reason Invalid (the message names the field) or Conflict (the message
+    /// names the policy that keeps the step or volume name).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<PolicyCondition>,
+    /// The `metadata.generation` this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The pre-steps the policy injects now (none while it is not Ready).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pre_steps: Vec<String>,
+    /// The post-steps the policy injects now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub post_steps: Vec<String>,
+    /// The volumes the policy adds now.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub volumes: Vec<String>,
+}
+
+/// A condition of a policy, as Kubernetes conditions are written.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyCondition {
+    /// `Ready`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    /// True, False or Unknown.
+    pub status: String,
+    /// Loaded, Invalid or Conflict.
+    pub reason: String,
+    pub message: String,
+    /// The `metadata.generation` the condition was set for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// When `status` last changed (RFC 3339).
+    #[schemars(schema_with = "date_time_schema")]
+    pub last_transition_time: String,
+}
+
+fn date_time_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({"type": "string", "format": "date-time"})
 }
 
 /// Whether a policy changes TaskRuns or only reports what it would do.

@@ -20,6 +20,7 @@ use tracing::field::Empty;
 use super::Review;
 use crate::admission::pods::{self, OwnerLookup, PodBackstop};
 use crate::admission::{Endpoint, Reply, ReviewOutcome, Summary};
+use crate::events::Followups;
 use crate::metrics::{self, Metrics};
 use crate::source::{PolicySource, Snapshot};
 
@@ -34,6 +35,8 @@ pub struct AppState {
     pub request_timeout: Duration,
     pub review: Review,
     pub pod_backstop: PodBackstop,
+    /// Events and PolicyReport results after admission (kubernetes mode).
+    pub followups: Option<Followups>,
 }
 
 /// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
@@ -135,15 +138,21 @@ async fn answer(
         _ => guarded(|| (state.review)(endpoint, &body, &snapshot.set, snapshot.lookup.as_ref())),
     };
     match reviewed {
-        Ok(reply) => (
-            if reply.answered() {
-                StatusCode::OK
-            } else {
-                StatusCode::BAD_REQUEST
-            },
-            reply.body,
-            reply.summary,
-        ),
+        Ok(mut reply) => {
+            // Hand the admitted TaskRun over and answer: never waits for the API server.
+            if let (Some(admitted), Some(f)) = (reply.summary.admitted.take(), &state.followups) {
+                f.offer(admitted, &snapshot);
+            }
+            (
+                if reply.answered() {
+                    StatusCode::OK
+                } else {
+                    StatusCode::BAD_REQUEST
+                },
+                reply.body,
+                reply.summary,
+            )
+        }
         Err(message) => {
             state.metrics.handler_panic();
             tracing::error!(panic = %message, "BUG: the review panicked; answered 400");
@@ -159,7 +168,7 @@ async fn answer(
 async fn review_pod(state: &AppState, body: &[u8], snapshot: &Snapshot) -> Result<Reply, String> {
     let review = match guarded(|| pods::read(body))? {
         pods::Read::Review(review) => review,
-        pods::Read::Malformed(reply) => return Ok(reply),
+        pods::Read::Malformed(reply) => return Ok(*reply),
     };
     let owner = match (review.owner(), state.policies.task_runs()) {
         (None, _) => OwnerLookup::NotFound,

@@ -28,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 use crate::admission::pods::PodBackstop;
 use crate::admission::{Endpoint, Reply};
 use crate::engine::Lookup;
+use crate::events::Followups;
 use crate::metrics::Metrics;
 use crate::policy::{PolicySet, Settings};
 use crate::source::files::{FileSource, LoadError, Paths};
@@ -45,8 +46,9 @@ pub enum PolicySourceConfig {
         policies: Vec<PathBuf>,
         tasks: Vec<PathBuf>,
     },
-    /// ClusterStepPolicy/StepPolicy objects from the API server (in-cluster or KUBECONFIG).
-    Kubernetes,
+    /// ClusterStepPolicy/StepPolicy objects from the API server (in-cluster or KUBECONFIG), and
+    /// what bookend writes back after admission (Events, PolicyReports).
+    Kubernetes(crate::events::Options),
 }
 
 /// How one AdmissionReview body is answered: [`crate::admission::review`]. A field so that a
@@ -106,6 +108,7 @@ pub struct Bound {
 pub async fn bind(config: Config) -> Result<Bound, Error> {
     let metrics = Metrics::new();
     let tls = Arc::new(TlsStore::load(config.tls.clone(), metrics.clone())?);
+    let mut followups = None;
     let policies: Arc<dyn PolicySource> = match config.source {
         PolicySourceConfig::Files { policies, tasks } => Arc::new(FileSource::load(
             Paths {
@@ -115,10 +118,16 @@ pub async fn bind(config: Config) -> Result<Bound, Error> {
             },
             metrics.clone(),
         )?),
-        PolicySourceConfig::Kubernetes => {
+        PolicySourceConfig::Kubernetes(options) => {
             let client = kube::Client::try_default()
                 .await
                 .map_err(Error::Kubernetes)?;
+            followups = Some(Followups::start(
+                client.clone(),
+                kubernetes::reporter(),
+                options,
+                metrics.clone(),
+            ));
             Arc::new(kubernetes::start(
                 client,
                 config.settings.clone(),
@@ -146,6 +155,7 @@ pub async fn bind(config: Config) -> Result<Bound, Error> {
         request_timeout: config.request_timeout,
         review: config.review,
         pod_backstop: config.pod_backstop,
+        followups,
     });
     Ok(Bound {
         webhook,

@@ -1,7 +1,7 @@
 //! `--source kubernetes`: kube-runtime reflectors keep the policies, namespaces, Tasks and
 //! StepActions in memory, so answering a review never calls the API server. Policy changes
-//! rebuild the [`PolicySet`]; an invalid policy is left out with a log line, a count and a
-//! Kubernetes Event on the policy, and never breaks the others.
+//! rebuild the [`PolicySet`]; an invalid policy is left out with a log line, a count, its
+//! `status` (see [`super::status`]) and a Kubernetes Event, and never breaks the others.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::Reporter;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
@@ -25,7 +25,7 @@ use crate::engine::{FEATURE_FLAGS_CONFIG_MAP, Lookup, refuses_inline_task_spec};
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{Issue, IssueKind, PolicySet, Settings};
+use crate::policy::{Issue, PolicySet, Settings};
 use crate::tekton::TaskObject;
 
 /// Source name used in policy issues from the API server.
@@ -197,6 +197,14 @@ fn policy_key(object: &DynamicObject) -> String {
     }
 }
 
+/// Who posts bookend's Events: controller `bookend`, instance `$POD_NAME` (the replica).
+pub fn reporter() -> Reporter {
+    Reporter {
+        controller: "bookend".to_owned(),
+        instance: std::env::var("POD_NAME").ok(),
+    }
+}
+
 /// Starts the reflectors and the policy rebuild task. Returns at once; the source turns ready
 /// once every cache has synced and the first policy set is built.
 pub fn start(client: Client, settings: Settings, metrics: Metrics) -> KubernetesSource {
@@ -259,14 +267,16 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         lookup: lookup.clone(),
     }));
     let ready = Arc::new(AtomicBool::new(false));
-    let reporter = Reporter {
-        controller: "bookend".to_owned(),
-        instance: std::env::var("POD_NAME").ok(),
-    };
     let taskruns = ApiTaskRuns {
         client: client.clone(),
     };
-    let recorder = Recorder::new(client, reporter);
+    let reporter = reporter();
+    let status = super::status::Writer::start(
+        client,
+        [cluster_policies.clone(), step_policies.clone()],
+        reporter,
+        metrics.clone(),
+    );
 
     let (rebuilt, now_ready) = (current.clone(), ready.clone());
     tokio::spawn(async move {
@@ -282,13 +292,39 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
             return;
         }
         tracing::info!("kubernetes caches synced");
-        let mut posted: HashMap<String, String> = HashMap::new();
+        let mut built_from = None;
         loop {
             let objects: Vec<Arc<DynamicObject>> = cluster_policies
                 .state()
                 .into_iter()
                 .chain(step_policies.state())
                 .collect();
+            // What the set depends on: each policy's identity (a re-created policy has a new
+            // uid), generation (bumped by every spec change, not by status writes or metadata
+            // edits) and creation time. bookend's own status writes come back as watch events;
+            // they need no rebuild.
+            type Input = (String, Option<String>, Option<i64>, Option<String>);
+            let mut inputs: Vec<Input> = objects
+                .iter()
+                .map(|o| {
+                    (
+                        policy_key(o),
+                        o.metadata.uid.clone(),
+                        o.metadata.generation,
+                        o.metadata
+                            .creation_timestamp
+                            .as_ref()
+                            .map(|t| t.0.to_string()),
+                    )
+                })
+                .collect();
+            inputs.sort();
+            if built_from.as_ref() == Some(&inputs) {
+                notify.notified().await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+            built_from = Some(inputs);
             let values: Vec<Value> = objects
                 .iter()
                 .filter_map(|o| serde_json::to_value(o.as_ref()).ok())
@@ -308,6 +344,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                 .collect();
             let loaded = policy_set_from_objects(SOURCE, &values, settings.clone());
             let notes = event_notes(&loaded.issues);
+            let mut states = super::status::states(&loaded);
             metrics.set_invalid_policies(notes.len());
             metrics.set_policies_loaded(loaded.set.len());
             metrics.policy_reload(true);
@@ -325,45 +362,27 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
             }));
             now_ready.store(true, Ordering::Release);
 
-            for object in &objects {
-                let key = policy_key(object);
-                let Some(note) = notes.get(&key) else {
-                    posted.remove(&key);
-                    continue;
-                };
-                if posted.get(&key) == Some(note) {
-                    continue;
-                }
-                let ar = if object.namespace().is_some() {
-                    step_policy_resource()
-                } else {
-                    cluster_policy_resource()
-                };
-                // A conflict leaves a valid policy inactive; anything else is invalid.
-                let conflict_only = loaded
-                    .issues
+            status.publish(
+                objects
                     .iter()
-                    .filter(|i| i.policy == key)
-                    .all(|i| i.kind == IssueKind::Conflict);
-                let reason = if conflict_only {
-                    "PolicyConflict"
-                } else {
-                    "InvalidPolicy"
-                };
-                let event = Event {
-                    type_: EventType::Warning,
-                    reason: reason.to_owned(),
-                    note: Some(note.clone()),
-                    action: "Validate".to_owned(),
-                    secondary: None,
-                };
-                match recorder.publish(&event, &object.object_ref(&ar)).await {
-                    Ok(()) => {
-                        posted.insert(key, note.clone());
-                    }
-                    Err(error) => tracing::warn!(%error, policy = %key, "cannot post event"),
-                }
-            }
+                    .filter_map(|object| {
+                        let key = policy_key(object);
+                        let state = states.remove(&key)?;
+                        Some(super::status::Target {
+                            resource: if object.namespace().is_some() {
+                                step_policy_resource()
+                            } else {
+                                cluster_policy_resource()
+                            },
+                            name: object.name_any(),
+                            namespace: object.namespace(),
+                            generation: object.metadata.generation,
+                            key,
+                            state,
+                        })
+                    })
+                    .collect(),
+            );
 
             notify.notified().await;
             // Coalesce a burst of changes (kubectl apply -f dir/) into one rebuild.

@@ -5,6 +5,7 @@
 
 pub mod files;
 pub mod kubernetes;
+pub mod status;
 
 use std::sync::Arc;
 
