@@ -104,16 +104,18 @@ fn plan_local_ref(
             ),
         ));
     }
-    let (inline, skip): (Vec<&Policy>, Vec<&Policy>) = applied
+    let inline: Vec<&Policy> = applied
         .iter()
-        .partition(|p| p.spec.task_ref == TaskRefPolicy::Inline);
-    if !skip.is_empty() {
-        warnings.push(format!(
-            "bookend: TaskRun references Task {task_name}; not injected: {} (taskRef: Skip)",
-            ids(&skip)
-        ));
-    }
+        .copied()
+        .filter(|p| p.spec.task_ref == TaskRefPolicy::Inline)
+        .collect();
     let Some(first) = inline.first() else {
+        if !applied.is_empty() {
+            warnings.push(format!(
+                "bookend: TaskRun references Task {task_name}; not injected: {} (taskRef: Skip)",
+                ids(applied)
+            ));
+        }
         return Ok(None);
     };
     if lookup.inline_task_spec_refused() {
@@ -148,7 +150,7 @@ fn plan_local_ref(
         }
         warnings.push(format!(
             "bookend: Task {task_name} is signed (trusted resources); inlining would bypass verification, so it was not inlined; not injected: {}",
-            ids(&inline)
+            ids(applied)
         ));
         return Ok(None);
     }
@@ -175,7 +177,10 @@ fn plan_local_ref(
     let injection = inject_into(
         &object,
         view.api_version,
-        &inline,
+        // Once inlined, the TaskRun is an inline one: every policy that applies injects, `Skip`
+        // ones too, so that the next pass over it (a re-invocation, the backstop) changes
+        // nothing.
+        applied,
         set,
         &Context { namespace, lookup },
         warnings,

@@ -881,6 +881,54 @@ fn inlining_is_refused_when_tekton_refuses_inline_specs() {
     );
 }
 
+/// A `taskRef: Inline` policy inlines the Task; a `taskRef: Skip` policy that also matches then
+/// injects too, as into any inline TaskRun. Injecting only the Inline policy's steps made the
+/// next pass (Tekton's re-invocation, the backstop) add the Skip policy's: not idempotent.
+#[test]
+fn a_task_inlined_for_one_policy_gets_the_skip_policies_steps_too() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: inliner}
+spec:
+  preSteps: [{name: bookend-inliner, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: skipper}
+spec:
+  taskRef: Skip
+  postSteps: [{name: bookend-skipper, image: alpine}]
+"#,
+    );
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                 "metadata": {"name": "build", "namespace": "team-a"},
+                 "spec": {"steps": [{"name": "compile", "image": "go"}]}})],
+        "team-a",
+    );
+    let by_ref = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"generateName": "r-", "namespace": "team-a"},
+        "spec": {"taskRef": {"name": "build"}}});
+    let first = run_with(&set, &by_ref, &catalog);
+    assert_eq!(first.outcome, Outcome::Mutated);
+    assert_eq!(
+        names(&first.object),
+        ["bookend-inliner", "compile", "bookend-skipper"]
+    );
+    let again = run_with(&set, &first.object, &catalog);
+    assert_eq!(again.outcome, Outcome::Allowed, "{:?}", again.patch);
+    // Without a policy that inlines, the Skip policy leaves the reference alone.
+    let only_skip = policies(
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: skipper}\nspec:\n  taskRef: Skip\n  postSteps: [{name: bookend-skipper, image: alpine}]\n",
+    );
+    let d = run_with(&only_skip, &by_ref, &catalog);
+    assert_eq!(d.outcome, Outcome::Allowed);
+    assert!(d.warnings[0].contains("taskRef: Skip"), "{:?}", d.warnings);
+}
+
 #[test]
 fn explain_covers_every_policy() {
     let set = policies(PRE_POST);
