@@ -3,7 +3,6 @@
 //! rebuild the [`PolicySet`]; an invalid policy is left out with a log line, a count, its
 //! `status` (see [`super::status`]) and a Kubernetes Event, and never breaks the others.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -25,7 +24,7 @@ use crate::engine::{FEATURE_FLAGS_CONFIG_MAP, Lookup, refuses_inline_task_spec};
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{Issue, PolicySet, Settings};
+use crate::policy::{PolicySet, Settings};
 use crate::tekton::TaskObject;
 
 /// Source name used in policy issues from the API server.
@@ -161,33 +160,6 @@ impl TaskRunReader for ApiTaskRuns {
             }
         })
     }
-}
-
-/// Groups issues by the policy they belong to (`Kind/name` or `StepPolicy/ns/name`), as the
-/// note of the Event bookend posts on it.
-pub fn event_notes(issues: &[Issue]) -> HashMap<String, String> {
-    let mut notes: HashMap<String, String> = HashMap::new();
-    for issue in issues {
-        let line = format!("{}: {}", issue.path, issue.message);
-        notes
-            .entry(issue.policy.clone())
-            .and_modify(|n| {
-                n.push_str("; ");
-                n.push_str(&line);
-            })
-            .or_insert(line);
-    }
-    for note in notes.values_mut() {
-        if note.len() > 1000 {
-            let mut cut = 997;
-            while !note.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            note.truncate(cut);
-            note.push_str("...");
-        }
-    }
-    notes
 }
 
 fn policy_key(object: &DynamicObject) -> String {
@@ -343,7 +315,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                 })
                 .collect();
             let loaded = policy_set_from_objects(SOURCE, &values, settings.clone());
-            let notes = event_notes(&loaded.issues);
+            let notes = super::status::event_notes(&loaded.issues);
             let mut states = super::status::states(&loaded);
             metrics.set_invalid_policies(notes.len());
             metrics.set_policies_loaded(loaded.set.len());
@@ -583,20 +555,20 @@ mod tests {
         ];
         let loaded = policy_set_from_objects(SOURCE, &objects, Settings::default());
         assert_eq!(loaded.set.len(), 1);
-        let notes = event_notes(&loaded.issues);
+        let notes = crate::source::status::event_notes(&loaded.issues);
         assert_eq!(notes.len(), 2);
         assert!(
             notes["ClusterStepPolicy/bad"]
                 .starts_with("spec.preSteps[0].name: step name \"no-prefix\"")
         );
         assert!(notes["StepPolicy/team-a/typo"].starts_with("spec.mode: unknown variant"));
-        let long = vec![Issue {
+        let long = vec![crate::policy::Issue {
             source: "k".into(),
             policy: "P".into(),
             path: "p".into(),
             message: "é".repeat(800),
             kind: crate::policy::IssueKind::Invalid,
         }];
-        assert!(event_notes(&long)["P"].len() <= 1003);
+        assert!(crate::source::status::event_notes(&long)["P"].len() <= 1003);
     }
 }

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::metrics::Metrics;
 use crate::policy::api::{API_VERSION, PolicyCondition, StepPolicyStatus};
 use crate::policy::load::LoadedSet;
-use crate::policy::{IssueKind, Mode};
+use crate::policy::{Issue, IssueKind, Mode};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "bookend";
@@ -123,7 +123,7 @@ pub fn states(loaded: &LoadedSet) -> HashMap<String, State> {
             },
         );
     }
-    let notes = super::kubernetes::event_notes(&loaded.issues);
+    let notes = event_notes(&loaded.issues);
     for issue in &loaded.issues {
         let Some(note) = notes.get(&issue.policy) else {
             continue;
@@ -358,6 +358,33 @@ async fn write_one(
             tracing::warn!(%error, policy = %target.key, "cannot write the policy's status");
         }
     }
+}
+
+/// Groups issues by the policy they belong to (`Kind/name` or `StepPolicy/ns/name`), as the
+/// note of the Event bookend posts on it.
+pub fn event_notes(issues: &[Issue]) -> HashMap<String, String> {
+    let mut notes: HashMap<String, String> = HashMap::new();
+    for issue in issues {
+        let line = format!("{}: {}", issue.path, issue.message);
+        notes
+            .entry(issue.policy.clone())
+            .and_modify(|n| {
+                n.push_str("; ");
+                n.push_str(&line);
+            })
+            .or_insert(line);
+    }
+    for note in notes.values_mut() {
+        if note.len() > 1000 {
+            let mut cut = 997;
+            while !note.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            note.truncate(cut);
+            note.push_str("...");
+        }
+    }
+    notes
 }
 
 #[cfg(test)]
