@@ -2,7 +2,7 @@
 //! controller and entrypoint.
 //!
 //! A real kube-apiserver (tests/e2e/start-cluster.sh) calls `bookend serve --source kubernetes`
-//! as its webhook (deploy/'s configurations through tests/e2e/overlay, as in the e2e suite).
+//! as its webhook (deploy/'s configurations, the chart's render, with clientConfig pointed at it).
 //! Tekton's controller (v1.15.0, built from Go modules) reconciles TaskRuns and PipelineRuns and
 //! builds the Pods; a kubelet stand-in (tests/runtime/standins/kubelet) runs each Pod's
 //! containers under runc from local root filesystems, with Tekton's entrypoint binary ordering
@@ -27,7 +27,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 use crate::harness::{Cluster, Daemon, free_port, poll, run, tail};
 use crate::runs::Env;
@@ -127,8 +128,44 @@ fn install_tekton(kubectl: &harness::Kubectl) {
     );
 }
 
+/// deploy/'s two webhook configurations (deploy/base/webhooks.yaml, the chart rendered for
+/// kustomize), unchanged but for clientConfig: each Service reference becomes
+/// `https://127.0.0.1:<port><its path>` with the test CA. Rules, matchPolicy, failurePolicy,
+/// objectSelector, namespaceSelector, matchConditions and timeouts stay as installed.
+fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
+    let path = root().join("deploy/base/webhooks.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let configurations: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).expect("a YAML document"))
+        .filter(|v| !v.is_null())
+        .map(|mut configuration| {
+            for hook in configuration["webhooks"]
+                .as_array_mut()
+                .expect("webhooks")
+                .iter_mut()
+            {
+                let path = hook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{}: no service.path", hook["name"]))
+                    .to_owned();
+                hook["clientConfig"] = json!({
+                    "url": format!("https://127.0.0.1:{port}{path}"),
+                    "caBundle": ca_b64,
+                });
+            }
+            configuration
+        })
+        .collect();
+    assert_eq!(
+        configurations.len(),
+        2,
+        "deploy/base/webhooks.yaml: a mutating and a validating configuration"
+    );
+    configurations
+}
+
 /// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
-/// webhook configurations pointed at it (tests/e2e/overlay).
+/// webhook configurations pointed at it.
 fn start_bookend(
     work: &std::path::Path,
     kubectl: &harness::Kubectl,
@@ -163,25 +200,10 @@ fn start_bookend(
     let mut bookend = Daemon::start("bookend serve", cmd, work.join("bookend.log"));
     bookend.check_alive();
 
-    let overlay = kubectl
-        .run(
-            &[
-                "kustomize",
-                "--load-restrictor",
-                "LoadRestrictionsNone",
-                &root().join("tests/e2e/overlay").display().to_string(),
-            ],
-            None,
-        )
-        .expect_ok("kubectl kustomize tests/e2e/overlay");
     let ca = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
-    let configurations = overlay
-        .stdout
-        .replace("BOOKEND_E2E_PORT", &port.to_string())
-        .replace("BOOKEND_E2E_CA_BUNDLE", ca.trim());
-    kubectl
-        .run(&["apply", "-f", "-"], Some(configurations.as_bytes()))
-        .expect_ok("register bookend's webhooks");
+    for configuration in webhook_configurations(port, ca.trim()) {
+        kubectl.apply(&configuration);
+    }
     // The apiserver and bookend's caches catch up asynchronously: dry-run until a TaskRun in a
     // policy namespace comes back injected.
     let probe = runs::taskrun(
