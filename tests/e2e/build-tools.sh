@@ -128,7 +128,7 @@ build promql-selectors "$E2E_DIR/promtool"   ./cmd/promql-selectors             
 build actionlint       "$E2E_DIR/actionlint" github.com/rhysd/actionlint/cmd/actionlint "-s -w"
 
 # --- Runtime suite (tests/runtime, docs/testing.md): Tekton's own controller and entrypoint, the
-# stand-ins (kubelet, conversion webhook) and the rest of Tekton's CRDs and its config maps.
+# stand-ins (kubelet, conversion webhook) and the rest of Tekton's CRDs, its config maps and RBAC.
 # Module tests/runtime/standins pins Tekton: its go.mod names the controller and entrypoint as
 # `tool`s. When ONLY comes from the environment it selects, as above; the default list predates
 # these entries, so without ONLY they are built too.
@@ -145,15 +145,18 @@ build tekton-entrypoint "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/entrypoi
 build kubelet-standin   "$RUNTIME_MOD" ./kubelet                                   "-s -w"
 build tekton-conversion "$RUNTIME_MOD" ./tektonconversion                          "-s -w"
 # runtime/crds: the CRDs start-cluster.sh does not create, with `conversion: None` (as crds/
-# above); runtime/config: Tekton's config maps as shipped.
+# above); runtime/config: Tekton's config maps as shipped; runtime/rbac: Tekton's ServiceAccounts,
+# (Cluster)Roles and bindings as shipped (the controller runs as its ServiceAccount). The stamp
+# names the layout, so a directory from an older layout is copied again.
 RUNTIME_DIR="$BIN/runtime"
-if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$TEKTON_VERSION" ]]; then
+RUNTIME_LAYOUT="$TEKTON_VERSION crds config rbac"
+if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$RUNTIME_LAYOUT" ]]; then
   echo "build-tools: runtime-config: up to date, skipped ($RUNTIME_DIR)"
 elif wanted runtime-config; then
   moddir=$(cd "$RUNTIME_MOD" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   rm -rf "$RUNTIME_DIR"
-  mkdir -p "$RUNTIME_DIR/crds" "$RUNTIME_DIR/config"
+  mkdir -p "$RUNTIME_DIR/crds" "$RUNTIME_DIR/config" "$RUNTIME_DIR/rbac"
   for f in 300-pipelinerun.yaml 300-pipeline.yaml 300-customrun.yaml 300-resolutionrequest.yaml 300-verificationpolicy.yaml; do
     awk '
       /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; next }
@@ -162,7 +165,8 @@ elif wanted runtime-config; then
     ' "$moddir/config/300-crds/$f" >"$RUNTIME_DIR/crds/$f"
   done
   install -m 0644 "$moddir"/config/config-*.yaml "$RUNTIME_DIR/config/"
-  echo "$TEKTON_VERSION" >"$RUNTIME_DIR/TEKTON_VERSION"
+  install -m 0644 "$moddir"/config/200-*.yaml "$moddir"/config/201-*.yaml "$RUNTIME_DIR/rbac/"
+  echo "$RUNTIME_LAYOUT" >"$RUNTIME_DIR/TEKTON_VERSION"
   echo "build-tools: runtime-config: copied from $moddir/config"
 fi
 

@@ -80,8 +80,8 @@ fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
     files
 }
 
-/// The rest of Tekton's CRDs, its namespace and config maps (as shipped, except metrics off:
-/// nothing scrapes them and the default would claim a fixed port).
+/// The rest of Tekton's CRDs, its namespace, config maps (as shipped, except metrics off:
+/// nothing scrapes them and the default would claim a fixed port), ServiceAccounts and RBAC.
 fn install_tekton(kubectl: &harness::Kubectl) {
     let runtime = tools().bin.join("runtime");
     let mut args = vec!["create".to_owned()];
@@ -126,6 +126,15 @@ fn install_tekton(kubectl: &harness::Kubectl) {
         ],
         "metrics off",
     );
+    // One apply, the files in order.
+    for dir in ["rbac"] {
+        let mut args = vec!["apply".to_owned()];
+        for file in yaml_files(&runtime.join(dir)) {
+            args.extend(["-f".to_owned(), file.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl.ok(&args, &format!("apply Tekton's {dir}"));
+    }
 }
 
 /// deploy/'s two webhook configurations (deploy/base/webhooks.yaml, the chart rendered for

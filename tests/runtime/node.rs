@@ -107,12 +107,21 @@ pub fn start_kubelet(work: &Path, kubectl: &Kubectl, images: &Path, host: &Host)
     daemon
 }
 
+/// Tekton's controller's ServiceAccount: its user is the one bookend's webhook configurations
+/// match (the dry-run Task CREATE and the Pod CREATE).
+pub const CONTROLLER_SA: (&str, &str) = ("tekton-pipelines", "tekton-pipelines-controller");
+
 /// Tekton's controller as a host process, with the environment of Tekton's
-/// config/controller.yaml, leader election off, and free ports for what is configurable.
+/// config/controller.yaml, leader election off, and free ports for what is configurable. It
+/// authenticates as its ServiceAccount, with Tekton's own RBAC (config/200-clusterrole.yaml and
+/// the rest, applied as shipped), as in a real install.
 pub fn start_controller(work: &Path, kubectl: &Kubectl) -> Daemon {
+    let (namespace, name) = CONTROLLER_SA;
+    let controller =
+        kubectl.as_service_account(namespace, name, &work.join("controller.kubeconfig"));
     let mut cmd = Command::new(tools().path("tekton-controller"));
     cmd.arg("-kubeconfig")
-        .arg(&kubectl.kubeconfig)
+        .arg(&controller.kubeconfig)
         .arg("-disable-ha")
         .args(["-entrypoint-image", ENTRYPOINT_IMAGE])
         .args(["-shell-image", SHELL_IMAGE]);
