@@ -178,6 +178,24 @@ impl Kubectl {
         }
     }
 
+    /// The API server's `host:port` (from the kubeconfig).
+    pub fn server_address(&self) -> String {
+        let config = self
+            .ok(
+                &["config", "view", "--raw", "-o", "json"],
+                "kubectl config view",
+            )
+            .json();
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .expect("a server in the kubeconfig");
+        server
+            .strip_prefix("https://")
+            .unwrap_or(server)
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
     /// `kubectl get <args...> -o json`.
     pub fn get(&self, args: &[&str]) -> Result<Value, String> {
         let args = [&["get"], args, &["-o", "json"]].concat();

@@ -81,7 +81,9 @@ fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
 }
 
 /// The rest of Tekton's CRDs, its namespace, config maps (as shipped, except metrics off:
-/// nothing scrapes them and the default would claim a fixed port), ServiceAccounts and RBAC.
+/// nothing scrapes them and the default would claim a fixed port), ServiceAccounts and RBAC, and
+/// its remote resolvers' namespace, RBAC and config maps (as shipped, except that the cluster
+/// resolver may only read the catalog namespace of the remote scenarios).
 fn install_tekton(kubectl: &harness::Kubectl) {
     let runtime = tools().bin.join("runtime");
     let mut args = vec!["create".to_owned()];
@@ -126,8 +128,8 @@ fn install_tekton(kubectl: &harness::Kubectl) {
         ],
         "metrics off",
     );
-    // One apply, the files in order.
-    for dir in ["rbac"] {
+    // One apply per directory, its files in order (the resolvers' namespace comes first).
+    for dir in ["rbac", "resolvers"] {
         let mut args = vec!["apply".to_owned()];
         for file in yaml_files(&runtime.join(dir)) {
             args.extend(["-f".to_owned(), file.display().to_string()]);
@@ -135,6 +137,20 @@ fn install_tekton(kubectl: &harness::Kubectl) {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         kubectl.ok(&args, &format!("apply Tekton's {dir}"));
     }
+    kubectl.ok(
+        &[
+            "-n",
+            "tekton-pipelines-resolvers",
+            "patch",
+            "configmap",
+            "cluster-resolver-config",
+            "--type",
+            "merge",
+            "-p",
+            &json!({"data": {"allowed-namespaces": "rt-catalog"}}).to_string(),
+        ],
+        "the cluster resolver reads the catalog namespace only",
+    );
 }
 
 /// deploy/'s two webhook configurations (deploy/base/webhooks.yaml, the chart rendered for
@@ -282,6 +298,7 @@ fn injected_taskruns_run() {
     let images = node::build_images(&work.join("images"), &host);
     let mut kubelet = node::start_kubelet(&work, &kubectl, &images, &host);
     let mut controller = node::start_controller(&work, &kubectl);
+    let mut resolvers = node::start_resolvers(&work, &kubectl);
     let env = Env {
         kubectl: kubectl.clone(),
         kubelet_dir: work.join("kubelet"),
@@ -316,7 +333,7 @@ fn injected_taskruns_run() {
         json!({"requests": {"cpu": "1m"}}),
         "the TaskRun CRD converts through Tekton's conversion webhook"
     );
-    clock.done("images, kubelet stand-in, Tekton controller, probe TaskRun");
+    clock.done("images, kubelet stand-in, Tekton controller and resolvers, probe TaskRun");
 
     let mut ctx = Ctx {
         env,
@@ -358,7 +375,13 @@ fn injected_taskruns_run() {
     let mut summary = Vec::new();
     for (name, scenario) in list {
         // A dead daemon would make every later wait time out: stop at once instead.
-        for daemon in [&mut controller, &mut kubelet, &mut bookend, &mut conversion] {
+        for daemon in [
+            &mut controller,
+            &mut resolvers,
+            &mut kubelet,
+            &mut bookend,
+            &mut conversion,
+        ] {
             daemon.check_alive();
         }
         let started = Instant::now();
@@ -398,14 +421,14 @@ fn injected_taskruns_run() {
     println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
     let failed = summary.iter().filter(|(ok, _)| !ok).count() + usize::from(measured.is_err());
     if failed > 0 {
-        for daemon in [&bookend, &controller, &kubelet, &conversion] {
+        for daemon in [&bookend, &controller, &resolvers, &kubelet, &conversion] {
             println!("--- {} log (tail)", daemon.name);
             for line in tail(&daemon.log, 12).lines() {
                 println!("{}", line.chars().take(400).collect::<String>());
             }
         }
     }
-    drop((controller, kubelet, bookend, conversion, cluster));
+    drop((controller, resolvers, kubelet, bookend, conversion, cluster));
     if std::env::var_os("BOOKEND_RUNTIME_KEEP").is_some() {
         println!("kept {}", tmp.keep().display());
     }
