@@ -18,6 +18,7 @@ mod tools;
 mod harness;
 mod node;
 mod prereqs;
+mod remote;
 mod runs;
 mod scenarios;
 mod timing;
@@ -147,7 +148,7 @@ fn install_tekton(kubectl: &harness::Kubectl) {
             "--type",
             "merge",
             "-p",
-            &json!({"data": {"allowed-namespaces": "rt-catalog"}}).to_string(),
+            &json!({"data": {"allowed-namespaces": remote::CATALOG}}).to_string(),
         ],
         "the cluster resolver reads the catalog namespace only",
     );
@@ -190,12 +191,12 @@ fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
 }
 
 /// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
-/// webhook configurations pointed at it.
+/// webhook configurations pointed at it (returned as registered).
 fn start_bookend(
     work: &std::path::Path,
     kubectl: &harness::Kubectl,
     certs: &std::path::Path,
-) -> Daemon {
+) -> (Daemon, Vec<Value>) {
     let mut crds = Command::new(bookend_bin());
     crds.arg("crds");
     let crds = run(crds, None).expect_ok("bookend crds");
@@ -207,7 +208,7 @@ fn start_bookend(
             .get(&["clustersteppolicies.v1alpha1.bookend.dev"])
             .map(|_| ())
     });
-    for policy in scenarios::policies() {
+    for policy in scenarios::policies().into_iter().chain(remote::policies()) {
         kubectl.apply(&policy);
     }
     let port = free_port();
@@ -226,8 +227,9 @@ fn start_bookend(
     bookend.check_alive();
 
     let ca = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
-    for configuration in webhook_configurations(port, ca.trim()) {
-        kubectl.apply(&configuration);
+    let configurations = webhook_configurations(port, ca.trim());
+    for configuration in &configurations {
+        kubectl.apply(configuration);
     }
     // The apiserver and bookend's caches catch up asynchronously: dry-run until a TaskRun in a
     // policy namespace comes back injected.
@@ -247,7 +249,7 @@ fn start_bookend(
             Err(format!("first step {first}"))
         }
     });
-    bookend
+    (bookend, configurations)
 }
 
 #[test]
@@ -269,7 +271,10 @@ fn injected_taskruns_run() {
     let cluster = Cluster::start(work.join("cluster"));
     let kubectl = cluster.kubectl.clone();
     install_tekton(&kubectl);
-    for ns in scenarios::NAMESPACES {
+    for ns in scenarios::NAMESPACES
+        .into_iter()
+        .chain([remote::REMOTE, remote::CATALOG])
+    {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
         kubectl.ok(
@@ -292,7 +297,7 @@ fn injected_taskruns_run() {
         &certs.join("tls.key"),
         ca_b64.trim(),
     );
-    let mut bookend = start_bookend(&work, &kubectl, &certs);
+    let (mut bookend, webhooks) = start_bookend(&work, &kubectl, &certs);
     clock.done("conversion webhook, bookend serve and its webhooks");
 
     let images = node::build_images(&work.join("images"), &host);
@@ -337,10 +342,12 @@ fn injected_taskruns_run() {
 
     let mut ctx = Ctx {
         env,
+        webhooks,
+        bookend_log: bookend.log.clone(),
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 9] = [
+    let list: [(&str, Scenario); 11] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -370,6 +377,14 @@ fn injected_taskruns_run() {
         (
             "9 documented limits: exec failure and step timeout stop the chain",
             scenarios::scenario_limits,
+        ),
+        (
+            "10 remote Task (cluster resolver): the controller's dry-run gets the steps",
+            remote::scenario_remote,
+        ),
+        (
+            "11 remote Task without the dry-run mutation: the Pod backstop fails the TaskRun",
+            remote::scenario_remote_backstop,
         ),
     ];
     let mut summary = Vec::new();
