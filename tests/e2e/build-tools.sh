@@ -127,13 +127,13 @@ build promtool         "$E2E_DIR/promtool"   github.com/prometheus/prometheus/cm
 build promql-selectors "$E2E_DIR/promtool"   ./cmd/promql-selectors                    "-s -w"
 build actionlint       "$E2E_DIR/actionlint" github.com/rhysd/actionlint/cmd/actionlint "-s -w"
 
-# --- Runtime suite (tests/runtime, docs/testing.md): Tekton's own controller and entrypoint, the
-# stand-ins (kubelet, conversion webhook) and the rest of Tekton's CRDs and its config maps.
-# Module tests/runtime/standins pins Tekton: its go.mod names the controller and entrypoint as
-# `tool`s. When ONLY comes from the environment it selects, as above; the default list predates
-# these entries, so without ONLY they are built too.
+# --- Runtime suite (tests/runtime, docs/testing.md): Tekton's own controller, entrypoint and
+# remote resolvers, the stand-ins (kubelet, conversion webhook, podnet) and the rest of Tekton's
+# CRDs, its config maps and RBAC. Module tests/runtime/standins pins Tekton: its go.mod names
+# the controller, entrypoint and resolvers as `tool`s. When ONLY comes from the environment it
+# selects, as above; the default list predates these entries, so without ONLY they are built too.
 RUNTIME_MOD="$E2E_DIR/../runtime/standins"
-RUNTIME_TOOLS="tekton-controller tekton-entrypoint kubelet-standin tekton-conversion runtime-config"
+RUNTIME_TOOLS="tekton-controller tekton-entrypoint tekton-resolvers kubelet-standin tekton-conversion podnet runtime-config"
 [[ $(declare -p ONLY) == "declare -x"* ]] || ONLY+=" $RUNTIME_TOOLS"
 RUNTIME_TEKTON=$(modver "$RUNTIME_MOD" github.com/tektoncd/pipeline)
 if [[ $RUNTIME_TEKTON != "$TEKTON_VERSION" ]]; then
@@ -142,18 +142,24 @@ if [[ $RUNTIME_TEKTON != "$TEKTON_VERSION" ]]; then
 fi
 build tekton-controller "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/controller "-s -w"
 build tekton-entrypoint "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/entrypoint "-s -w"
+build tekton-resolvers  "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/resolvers  "-s -w"
 build kubelet-standin   "$RUNTIME_MOD" ./kubelet                                   "-s -w"
 build tekton-conversion "$RUNTIME_MOD" ./tektonconversion                          "-s -w"
+build podnet            "$RUNTIME_MOD" ./podnet                                    "-s -w"
 # runtime/crds: the CRDs start-cluster.sh does not create, with `conversion: None` (as crds/
-# above); runtime/config: Tekton's config maps as shipped.
+# above); runtime/config: Tekton's config maps as shipped; runtime/rbac: Tekton's ServiceAccounts,
+# (Cluster)Roles and bindings as shipped (the controller runs as its ServiceAccount);
+# runtime/resolvers: config/resolvers as shipped, without its Deployment and Service. The stamp
+# names the layout, so a directory from an older layout is copied again.
 RUNTIME_DIR="$BIN/runtime"
-if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$TEKTON_VERSION" ]]; then
+RUNTIME_LAYOUT="$TEKTON_VERSION crds config rbac resolvers"
+if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$RUNTIME_LAYOUT" ]]; then
   echo "build-tools: runtime-config: up to date, skipped ($RUNTIME_DIR)"
 elif wanted runtime-config; then
   moddir=$(cd "$RUNTIME_MOD" && go mod download -json "github.com/tektoncd/pipeline@$TEKTON_VERSION" \
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   rm -rf "$RUNTIME_DIR"
-  mkdir -p "$RUNTIME_DIR/crds" "$RUNTIME_DIR/config"
+  mkdir -p "$RUNTIME_DIR/crds" "$RUNTIME_DIR/config" "$RUNTIME_DIR/rbac" "$RUNTIME_DIR/resolvers"
   for f in 300-pipelinerun.yaml 300-pipeline.yaml 300-customrun.yaml 300-resolutionrequest.yaml 300-verificationpolicy.yaml; do
     awk '
       /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; next }
@@ -162,7 +168,12 @@ elif wanted runtime-config; then
     ' "$moddir/config/300-crds/$f" >"$RUNTIME_DIR/crds/$f"
   done
   install -m 0644 "$moddir"/config/config-*.yaml "$RUNTIME_DIR/config/"
-  echo "$TEKTON_VERSION" >"$RUNTIME_DIR/TEKTON_VERSION"
+  install -m 0644 "$moddir"/config/200-*.yaml "$moddir"/config/201-*.yaml "$RUNTIME_DIR/rbac/"
+  for f in "$moddir"/config/resolvers/*.yaml; do
+    case ${f##*/} in resolvers-deployment.yaml | resolvers-service.yaml) continue ;; esac
+    install -m 0644 "$f" "$RUNTIME_DIR/resolvers/"
+  done
+  echo "$RUNTIME_LAYOUT" >"$RUNTIME_DIR/TEKTON_VERSION"
   echo "build-tools: runtime-config: copied from $moddir/config"
 fi
 

@@ -143,6 +143,59 @@ impl Kubectl {
             .expect_ok(&format!("kubectl apply {kind}"));
     }
 
+    /// The same cluster as a ServiceAccount: a kubeconfig with a token from the TokenRequest API
+    /// (`kubectl create token`), written to `path`.
+    #[track_caller]
+    pub fn as_service_account(&self, namespace: &str, name: &str, path: &Path) -> Kubectl {
+        let token = poll(
+            &format!("a token for ServiceAccount {namespace}/{name}"),
+            Duration::from_secs(30),
+            || {
+                let out = self.run(
+                    &["create", "token", name, "-n", namespace, "--duration=2h"],
+                    None,
+                );
+                if out.ok() {
+                    Ok(out.stdout.trim().to_owned())
+                } else {
+                    Err(out.stderr)
+                }
+            },
+        );
+        let mut config = self
+            .ok(
+                &["config", "view", "--raw", "-o", "json"],
+                "kubectl config view",
+            )
+            .json();
+        let user = format!("{namespace}-{name}");
+        config["users"] = serde_json::json!([{"name": user, "user": {"token": token}}]);
+        config["contexts"][0]["context"]["user"] = serde_json::json!(user);
+        std::fs::write(path, config.to_string()).expect("write the ServiceAccount's kubeconfig");
+        Kubectl {
+            bin: self.bin.clone(),
+            kubeconfig: path.to_owned(),
+        }
+    }
+
+    /// The API server's `host:port` (from the kubeconfig).
+    pub fn server_address(&self) -> String {
+        let config = self
+            .ok(
+                &["config", "view", "--raw", "-o", "json"],
+                "kubectl config view",
+            )
+            .json();
+        let server = config["clusters"][0]["cluster"]["server"]
+            .as_str()
+            .expect("a server in the kubeconfig");
+        server
+            .strip_prefix("https://")
+            .unwrap_or(server)
+            .trim_end_matches('/')
+            .to_owned()
+    }
+
     /// `kubectl get <args...> -o json`.
     pub fn get(&self, args: &[&str]) -> Result<Value, String> {
         let args = [&["get"], args, &["-o", "json"]].concat();

@@ -2,7 +2,7 @@
 //! controller and entrypoint.
 //!
 //! A real kube-apiserver (tests/e2e/start-cluster.sh) calls `bookend serve --source kubernetes`
-//! as its webhook (deploy/'s configurations through tests/e2e/overlay, as in the e2e suite).
+//! as its webhook (deploy/'s configurations, the chart's render, with clientConfig pointed at it).
 //! Tekton's controller (v1.15.0, built from Go modules) reconciles TaskRuns and PipelineRuns and
 //! builds the Pods; a kubelet stand-in (tests/runtime/standins/kubelet) runs each Pod's
 //! containers under runc from local root filesystems, with Tekton's entrypoint binary ordering
@@ -18,6 +18,7 @@ mod tools;
 mod harness;
 mod node;
 mod prereqs;
+mod remote;
 mod runs;
 mod scenarios;
 mod timing;
@@ -27,7 +28,8 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde::Deserialize;
+use serde_json::{Value, json};
 
 use crate::harness::{Cluster, Daemon, free_port, poll, run, tail};
 use crate::runs::Env;
@@ -79,8 +81,10 @@ fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
     files
 }
 
-/// The rest of Tekton's CRDs, its namespace and config maps (as shipped, except metrics off:
-/// nothing scrapes them and the default would claim a fixed port).
+/// The rest of Tekton's CRDs, its namespace, config maps (as shipped, except metrics off:
+/// nothing scrapes them and the default would claim a fixed port), ServiceAccounts and RBAC, and
+/// its remote resolvers' namespace, RBAC and config maps (as shipped, except that the cluster
+/// resolver may only read the catalog namespace of the remote scenarios).
 fn install_tekton(kubectl: &harness::Kubectl) {
     let runtime = tools().bin.join("runtime");
     let mut args = vec!["create".to_owned()];
@@ -125,15 +129,74 @@ fn install_tekton(kubectl: &harness::Kubectl) {
         ],
         "metrics off",
     );
+    // One apply per directory, its files in order (the resolvers' namespace comes first).
+    for dir in ["rbac", "resolvers"] {
+        let mut args = vec!["apply".to_owned()];
+        for file in yaml_files(&runtime.join(dir)) {
+            args.extend(["-f".to_owned(), file.display().to_string()]);
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        kubectl.ok(&args, &format!("apply Tekton's {dir}"));
+    }
+    kubectl.ok(
+        &[
+            "-n",
+            "tekton-pipelines-resolvers",
+            "patch",
+            "configmap",
+            "cluster-resolver-config",
+            "--type",
+            "merge",
+            "-p",
+            &json!({"data": {"allowed-namespaces": remote::CATALOG}}).to_string(),
+        ],
+        "the cluster resolver reads the catalog namespace only",
+    );
+}
+
+/// deploy/'s two webhook configurations (deploy/base/webhooks.yaml, the chart rendered for
+/// kustomize), unchanged but for clientConfig: each Service reference becomes
+/// `https://127.0.0.1:<port><its path>` with the test CA. Rules, matchPolicy, failurePolicy,
+/// objectSelector, namespaceSelector, matchConditions and timeouts stay as installed.
+fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
+    let path = root().join("deploy/base/webhooks.yaml");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let configurations: Vec<Value> = serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|d| Value::deserialize(d).expect("a YAML document"))
+        .filter(|v| !v.is_null())
+        .map(|mut configuration| {
+            for hook in configuration["webhooks"]
+                .as_array_mut()
+                .expect("webhooks")
+                .iter_mut()
+            {
+                let path = hook["clientConfig"]["service"]["path"]
+                    .as_str()
+                    .unwrap_or_else(|| panic!("{}: no service.path", hook["name"]))
+                    .to_owned();
+                hook["clientConfig"] = json!({
+                    "url": format!("https://127.0.0.1:{port}{path}"),
+                    "caBundle": ca_b64,
+                });
+            }
+            configuration
+        })
+        .collect();
+    assert_eq!(
+        configurations.len(),
+        2,
+        "deploy/base/webhooks.yaml: a mutating and a validating configuration"
+    );
+    configurations
 }
 
 /// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
-/// webhook configurations pointed at it (tests/e2e/overlay).
+/// webhook configurations pointed at it (returned as registered).
 fn start_bookend(
     work: &std::path::Path,
     kubectl: &harness::Kubectl,
     certs: &std::path::Path,
-) -> Daemon {
+) -> (Daemon, Vec<Value>) {
     let mut crds = Command::new(bookend_bin());
     crds.arg("crds");
     let crds = run(crds, None).expect_ok("bookend crds");
@@ -145,7 +208,7 @@ fn start_bookend(
             .get(&["clustersteppolicies.v1alpha1.bookend.dev"])
             .map(|_| ())
     });
-    for policy in scenarios::policies() {
+    for policy in scenarios::policies().into_iter().chain(remote::policies()) {
         kubectl.apply(&policy);
     }
     let port = free_port();
@@ -163,25 +226,11 @@ fn start_bookend(
     let mut bookend = Daemon::start("bookend serve", cmd, work.join("bookend.log"));
     bookend.check_alive();
 
-    let overlay = kubectl
-        .run(
-            &[
-                "kustomize",
-                "--load-restrictor",
-                "LoadRestrictionsNone",
-                &root().join("tests/e2e/overlay").display().to_string(),
-            ],
-            None,
-        )
-        .expect_ok("kubectl kustomize tests/e2e/overlay");
     let ca = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
-    let configurations = overlay
-        .stdout
-        .replace("BOOKEND_E2E_PORT", &port.to_string())
-        .replace("BOOKEND_E2E_CA_BUNDLE", ca.trim());
-    kubectl
-        .run(&["apply", "-f", "-"], Some(configurations.as_bytes()))
-        .expect_ok("register bookend's webhooks");
+    let configurations = webhook_configurations(port, ca.trim());
+    for configuration in &configurations {
+        kubectl.apply(configuration);
+    }
     // The apiserver and bookend's caches catch up asynchronously: dry-run until a TaskRun in a
     // policy namespace comes back injected.
     let probe = runs::taskrun(
@@ -200,7 +249,7 @@ fn start_bookend(
             Err(format!("first step {first}"))
         }
     });
-    bookend
+    (bookend, configurations)
 }
 
 #[test]
@@ -222,7 +271,10 @@ fn injected_taskruns_run() {
     let cluster = Cluster::start(work.join("cluster"));
     let kubectl = cluster.kubectl.clone();
     install_tekton(&kubectl);
-    for ns in scenarios::NAMESPACES {
+    for ns in scenarios::NAMESPACES
+        .into_iter()
+        .chain([remote::REMOTE, remote::CATALOG])
+    {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
         kubectl.ok(
@@ -245,12 +297,13 @@ fn injected_taskruns_run() {
         &certs.join("tls.key"),
         ca_b64.trim(),
     );
-    let mut bookend = start_bookend(&work, &kubectl, &certs);
+    let (mut bookend, webhooks) = start_bookend(&work, &kubectl, &certs);
     clock.done("conversion webhook, bookend serve and its webhooks");
 
     let images = node::build_images(&work.join("images"), &host);
     let mut kubelet = node::start_kubelet(&work, &kubectl, &images, &host);
     let mut controller = node::start_controller(&work, &kubectl);
+    let mut resolvers = node::start_resolvers(&work, &kubectl);
     let env = Env {
         kubectl: kubectl.clone(),
         kubelet_dir: work.join("kubelet"),
@@ -285,14 +338,16 @@ fn injected_taskruns_run() {
         json!({"requests": {"cpu": "1m"}}),
         "the TaskRun CRD converts through Tekton's conversion webhook"
     );
-    clock.done("images, kubelet stand-in, Tekton controller, probe TaskRun");
+    clock.done("images, kubelet stand-in, Tekton controller and resolvers, probe TaskRun");
 
     let mut ctx = Ctx {
         env,
+        webhooks,
+        bookend_log: bookend.log.clone(),
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 9] = [
+    let list: [(&str, Scenario); 11] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -323,11 +378,25 @@ fn injected_taskruns_run() {
             "9 documented limits: exec failure and step timeout stop the chain",
             scenarios::scenario_limits,
         ),
+        (
+            "10 remote Task (cluster resolver): the controller's dry-run gets the steps",
+            remote::scenario_remote,
+        ),
+        (
+            "11 remote Task without the dry-run mutation: the Pod backstop fails the TaskRun",
+            remote::scenario_remote_backstop,
+        ),
     ];
     let mut summary = Vec::new();
     for (name, scenario) in list {
         // A dead daemon would make every later wait time out: stop at once instead.
-        for daemon in [&mut controller, &mut kubelet, &mut bookend, &mut conversion] {
+        for daemon in [
+            &mut controller,
+            &mut resolvers,
+            &mut kubelet,
+            &mut bookend,
+            &mut conversion,
+        ] {
             daemon.check_alive();
         }
         let started = Instant::now();
@@ -367,14 +436,14 @@ fn injected_taskruns_run() {
     println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
     let failed = summary.iter().filter(|(ok, _)| !ok).count() + usize::from(measured.is_err());
     if failed > 0 {
-        for daemon in [&bookend, &controller, &kubelet, &conversion] {
+        for daemon in [&bookend, &controller, &resolvers, &kubelet, &conversion] {
             println!("--- {} log (tail)", daemon.name);
             for line in tail(&daemon.log, 12).lines() {
                 println!("{}", line.chars().take(400).collect::<String>());
             }
         }
     }
-    drop((controller, kubelet, bookend, conversion, cluster));
+    drop((controller, resolvers, kubelet, bookend, conversion, cluster));
     if std::env::var_os("BOOKEND_RUNTIME_KEEP").is_some() {
         println!("kept {}", tmp.keep().display());
     }

@@ -107,12 +107,23 @@ pub fn start_kubelet(work: &Path, kubectl: &Kubectl, images: &Path, host: &Host)
     daemon
 }
 
+/// Tekton's controller's ServiceAccount: its user is the one bookend's webhook configurations
+/// match (the dry-run Task CREATE and the Pod CREATE).
+pub const CONTROLLER_SA: (&str, &str) = ("tekton-pipelines", "tekton-pipelines-controller");
+/// The remote resolvers' ServiceAccount (config/resolvers/200-serviceaccount.yaml).
+const RESOLVERS_SA: (&str, &str) = ("tekton-pipelines-resolvers", "tekton-pipelines-resolvers");
+
 /// Tekton's controller as a host process, with the environment of Tekton's
-/// config/controller.yaml, leader election off, and free ports for what is configurable.
+/// config/controller.yaml, leader election off, and free ports for what is configurable. It
+/// authenticates as its ServiceAccount, with Tekton's own RBAC (config/200-clusterrole.yaml and
+/// the rest, applied as shipped), as in a real install.
 pub fn start_controller(work: &Path, kubectl: &Kubectl) -> Daemon {
+    let (namespace, name) = CONTROLLER_SA;
+    let controller =
+        kubectl.as_service_account(namespace, name, &work.join("controller.kubeconfig"));
     let mut cmd = Command::new(tools().path("tekton-controller"));
     cmd.arg("-kubeconfig")
-        .arg(&kubectl.kubeconfig)
+        .arg(&controller.kubeconfig)
         .arg("-disable-ha")
         .args(["-entrypoint-image", ENTRYPOINT_IMAGE])
         .args(["-shell-image", SHELL_IMAGE]);
@@ -136,6 +147,46 @@ pub fn start_controller(work: &Path, kubectl: &Kubectl) -> Daemon {
     let mut daemon = Daemon::start("Tekton controller", cmd, work.join("controller.log"));
     daemon.wait_for_log(
         "pipeline.pkg.reconciler.taskrun.Reconciler\",\"knative.dev/kind\"",
+        Duration::from_secs(120),
+    );
+    daemon
+}
+
+/// Tekton's remote resolvers (`cmd/resolvers`: bundles, cluster, git, hub, http) as a host
+/// process, with the environment of Tekton's config/resolvers/resolvers-deployment.yaml, as
+/// their ServiceAccount (config/resolvers' RBAC, applied as shipped).
+///
+/// Like the controller, knative's sharedmain in it serves health probes on port 8080, hard-coded;
+/// in a cluster each has its own Pod network. Here `podnet` (tests/runtime/standins/podnet)
+/// gives the resolvers a network namespace of their own, with the API server's address
+/// forwarded into it (the only address they can reach: none of the resolutions here needs more).
+pub fn start_resolvers(work: &Path, kubectl: &Kubectl) -> Daemon {
+    let (namespace, name) = RESOLVERS_SA;
+    let resolvers = kubectl.as_service_account(namespace, name, &work.join("resolvers.kubeconfig"));
+    let mut cmd = Command::new(tools().path("podnet"));
+    cmd.arg("--forward")
+        .arg(kubectl.server_address())
+        .arg("--")
+        .arg(tools().path("tekton-resolvers"))
+        .arg("-kubeconfig")
+        .arg(&resolvers.kubeconfig);
+    cmd.env("SYSTEM_NAMESPACE", namespace)
+        .env("KUBERNETES_MIN_VERSION", "v1.28.0")
+        .env("CONFIG_LOGGING_NAME", "config-logging")
+        .env("CONFIG_OBSERVABILITY_NAME", "config-observability")
+        .env("CONFIG_FEATURE_FLAGS_NAME", "feature-flags")
+        .env(
+            "CONFIG_LEADERELECTION_NAME",
+            "config-leader-election-resolvers",
+        )
+        .env("METRICS_DOMAIN", "tekton.dev/resolution")
+        .env("PROBES_PORT", "8080")
+        .env("TEKTON_HUB_API", "")
+        .env("ARTIFACT_HUB_API", "https://artifacthub.io/");
+    let mut daemon = Daemon::start("Tekton resolvers", cmd, work.join("resolvers.log"));
+    // Each resolver reconciles once it leads its lease (a fresh one: at once).
+    daemon.wait_for_log(
+        r#"has started leading \"controller.tektonresolverframework.cluster."#,
         Duration::from_secs(120),
     );
     daemon

@@ -125,6 +125,10 @@ fn with(mut base: Value, extra: Value) -> Value {
 /// What the scenarios share: the cluster, and the notes for the report.
 pub struct Ctx {
     pub env: Env,
+    /// bookend's webhook configurations as registered (deploy/'s, pointed at the test's bookend).
+    pub webhooks: Vec<Value>,
+    /// bookend's log: one line per admission review.
+    pub bookend_log: std::path::PathBuf,
     /// (TaskRun, steps, helper steps) of every injected run, for docs/testing.md.
     pub helper_notes: RefCell<Vec<(String, usize, usize)>>,
 }

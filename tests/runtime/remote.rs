@@ -1,0 +1,348 @@
+//! Remote Tasks: a TaskRun whose Task comes through Tekton's `cluster` resolver, run by Tekton's
+//! controller and resolvers. bookend cannot inject at TaskRun CREATE (there are no steps yet);
+//! it injects when the controller dry-run-creates the resolved Task
+//! (`tasks-dryrun.mutate.bookend.dev`), and its Pod backstop (`pods.validate.bookend.dev`)
+//! refuses the TaskRun's Pod when that did not happen (docs/install.md, "Remote Tasks" and
+//! "The Pod backstop").
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::harness::poll;
+use crate::node::CONTROLLER_SA;
+use crate::runs::{
+    Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, step,
+};
+use crate::scenarios::Ctx;
+
+/// Where the shared Task lives; the cluster resolver may read only this namespace.
+pub const CATALOG: &str = "rt-catalog";
+/// The TaskRuns' namespace, covered by the policies below.
+pub const REMOTE: &str = "rt-remote";
+const TASK: &str = "rt-remote-build";
+const LABEL: &str = "bookend.test/remote";
+const DRY_RUN_ENTRY: &str = "tasks-dryrun.mutate.bookend.dev";
+
+fn policy(name: &str, spec: Value) -> Value {
+    json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "ClusterStepPolicy",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// `rt-remote` has only namespace-level criteria, so the dry-run path injects it;
+/// `rt-remote-labelled` also selects TaskRuns by label, which a dry-run Task does not carry, so
+/// it cannot apply to a remote Task (nor does the Pod backstop require its step).
+pub fn policies() -> Vec<Value> {
+    vec![
+        policy(
+            "rt-remote",
+            json!({"match": {"namespaces": [REMOTE]},
+                   "preSteps": [step("bookend-remote-pre", "")],
+                   "postSteps": [step("bookend-remote-post", &format!("cat {TRACE}"))]}),
+        ),
+        policy(
+            "rt-remote-labelled",
+            json!({"match": {"namespaces": [REMOTE],
+                             "selector": {"matchLabels": {LABEL: "true"}}},
+                   "preSteps": [step("bookend-remote-labelled", "")]}),
+        ),
+    ]
+}
+
+/// The Task in the catalog namespace.
+fn task() -> Value {
+    json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"name": TASK, "namespace": CATALOG},
+        "spec": {"steps": [step("remote-build", ""), step("remote-test", "")]},
+    })
+}
+
+/// A TaskRun in the covered namespace that runs the catalog's Task through the cluster resolver.
+fn remote_taskrun(name: &str) -> Value {
+    json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {"generateName": format!("{name}-"), "namespace": REMOTE,
+                     "labels": {LABEL: "true"}},
+        "spec": {"taskRef": {"resolver": "cluster", "params": [
+            {"name": "kind", "value": "task"},
+            {"name": "name", "value": TASK},
+            {"name": "namespace", "value": CATALOG},
+        ]}},
+    })
+}
+
+fn step_names(steps: &Value) -> Vec<String> {
+    steps
+        .as_array()
+        .map(|steps| {
+            steps
+                .iter()
+                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The steps the API server returns for a dry-run Task CREATE as Tekton's controller (kubectl
+/// impersonates its user): what the controller will run. Only to learn what the API server
+/// does at the moment; the scenarios' runs are the controller's own requests.
+fn controller_dry_run(env: &Env) -> Result<Vec<String>, String> {
+    let (namespace, name) = CONTROLLER_SA;
+    let user = format!("--as=system:serviceaccount:{namespace}:{name}");
+    let mut probe = task();
+    probe["metadata"] = json!({"generateName": "probe-", "namespace": REMOTE});
+    let out = env
+        .kubectl
+        .with_object(&["create", "--dry-run=server", &user], &probe);
+    Ok(step_names(&out.try_json()?["spec"]["steps"]))
+}
+
+/// The catalog's Task with rt-remote's steps around it: what the dry-run returns and runs.
+const INJECTED: [&str; 4] = [
+    "bookend-remote-pre",
+    "remote-build",
+    "remote-test",
+    "bookend-remote-post",
+];
+
+/// The outcome of every Pod review bookend logged for `pod` (`allowed`, `denied`, ...).
+fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
+    let log = std::fs::read_to_string(&ctx.bookend_log).unwrap_or_default();
+    let name = format!("object_name=\"{pod}\"");
+    log.lines()
+        .filter(|l| l.contains("endpoint=\"validate-pods\"") && l.contains(&name))
+        .filter_map(|l| l.split("outcome=\"").nth(1)?.split('"').next())
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Creates the catalog's Task (or leaves it as it is).
+fn ensure_task(env: &Env) {
+    env.kubectl.apply(&task());
+}
+
+pub fn scenario_remote(ctx: &mut Ctx) -> String {
+    let env = &ctx.env;
+    ensure_task(env);
+    let created = env.kubectl.create(&remote_taskrun("remote"));
+    let name = created["metadata"]["name"]
+        .as_str()
+        .expect("name")
+        .to_owned();
+    let object = env.wait("taskrun", REMOTE, &name);
+    let run = Finished {
+        object,
+        took: Duration::ZERO,
+    };
+    let (s, r, m) = ("True", "Succeeded", "All Steps have completed executing");
+    let mut checks = Checks::default();
+    checks.check("admitted as written", || {
+        assert!(
+            created["spec"]["taskSpec"].is_null(),
+            "a remote TaskRun gets no steps at CREATE: {}",
+            created["spec"]
+        );
+        assert_eq!(created["spec"]["taskRef"]["resolver"], "cluster");
+    });
+    checks.check("the resolved Task ran inside the policy's steps", || {
+        assert_condition(env, &run, s, r, m);
+        let completed: Vec<(&str, &str, i64)> =
+            INJECTED.iter().map(|n| (*n, "Completed", 0)).collect();
+        assert_steps(env, &run, &completed);
+        assert_trace(env, &run, &INJECTED);
+        assert_eq!(
+            run.log(env, "bookend-remote-post")
+                .lines()
+                .collect::<Vec<_>>(),
+            INJECTED,
+            "what bookend-remote-post printed"
+        );
+    });
+    checks.check("the steps are in status.taskSpec, and only there", || {
+        assert_eq!(
+            step_names(&run.object["status"]["taskSpec"]["steps"]),
+            INJECTED,
+            "the Task Tekton ran (the dry-run's result)"
+        );
+        assert!(run.object["spec"]["taskSpec"].is_null());
+        // The resolver read the stored Task; bookend changed only the controller's dry-run copy.
+        let stored = env
+            .kubectl
+            .get(&["task", "-n", CATALOG, TASK])
+            .expect("get the catalog's Task");
+        assert_eq!(
+            step_names(&stored["spec"]["steps"]),
+            ["remote-build", "remote-test"],
+            "the catalog's Task is unchanged"
+        );
+        let pod = run.pod(env);
+        let containers: Vec<String> = step_names(&pod["spec"]["containers"]);
+        assert_eq!(
+            containers,
+            INJECTED.map(|n| format!("step-{n}")),
+            "the Pod's step containers"
+        );
+        // The controller's Pod CREATE reached bookend's Pod backstop (objectSelector and the
+        // controller's user in matchConditions), which admitted it.
+        let pod_name = run.object["status"]["podName"].as_str().unwrap_or("");
+        assert_eq!(
+            pod_reviews(ctx, pod_name),
+            ["allowed"],
+            "bookend's reviews of {pod_name}"
+        );
+    });
+    checks.finish();
+    format!(
+        "{name}: cluster resolver, dry-run mutation: ran {:?}; the label-selected policy's step \
+         not injected nor required",
+        run.trace(env)
+    )
+}
+
+/// Removes `tasks-dryrun.mutate.bookend.dev` from bookend's mutating configuration (as an outage
+/// of that one call would), runs `check`, and registers the configuration again whatever
+/// happened, waiting until the API server injects again.
+fn without_dry_run_entry<T>(ctx: &Ctx, check: impl FnOnce() -> T) -> T {
+    let env = &ctx.env;
+    let mutating = ctx
+        .webhooks
+        .iter()
+        .find(|c| c["kind"] == "MutatingWebhookConfiguration")
+        .expect("bookend's MutatingWebhookConfiguration");
+    let index = mutating["webhooks"]
+        .as_array()
+        .and_then(|hooks| hooks.iter().position(|h| h["name"] == DRY_RUN_ENTRY))
+        .unwrap_or_else(|| panic!("{DRY_RUN_ENTRY} in deploy/'s configuration"));
+    let patch = json!([
+        {"op": "test", "path": format!("/webhooks/{index}/name"), "value": DRY_RUN_ENTRY},
+        {"op": "remove", "path": format!("/webhooks/{index}")},
+    ]);
+    let name = mutating["metadata"]["name"].as_str().expect("name");
+    env.kubectl.ok(
+        &[
+            "patch",
+            "mutatingwebhookconfiguration",
+            name,
+            "--type",
+            "json",
+            "-p",
+            &patch.to_string(),
+        ],
+        &format!("remove {DRY_RUN_ENTRY}"),
+    );
+    // The API server picks configurations up through an informer.
+    poll(
+        "the API server to stop sending the dry-run to bookend",
+        Duration::from_secs(60),
+        || match controller_dry_run(env)? {
+            steps if steps.iter().any(|s| s.starts_with("bookend-")) => {
+                Err(format!("still injected: {steps:?}"))
+            }
+            _ => Ok(()),
+        },
+    );
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(check));
+    env.kubectl.apply(mutating);
+    poll(
+        "the API server to send the dry-run to bookend again",
+        Duration::from_secs(60),
+        || match controller_dry_run(env)? {
+            steps if steps == INJECTED => Ok(()),
+            steps => Err(format!("not injected: {steps:?}")),
+        },
+    );
+    result.unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+}
+
+pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
+    ensure_task(&ctx.env);
+    let run = without_dry_run_entry(ctx, || {
+        let (name, _) = ctx.env.start(&remote_taskrun("remote-bare"));
+        Finished {
+            object: ctx.env.wait("taskrun", REMOTE, &name),
+            took: Duration::ZERO,
+        }
+    });
+    let env = &ctx.env;
+    let name = run.name().to_owned();
+    let (status, reason, message) = run.condition();
+    let mut checks = Checks::default();
+    checks.check(
+        "the TaskRun failed with bookend's refusal of its Pod",
+        || {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", "PodCreationFailed"),
+                "{message}"
+            );
+            let refusal = format!(
+                "failed to create task run pod \"{name}\": admission webhook \
+             \"pods.validate.bookend.dev\" denied the request: bookend: the Pod of TaskRun \
+             {REMOTE}/{name} lacks the step(s) bookend-remote-post (ClusterStepPolicy/rt-remote), \
+             bookend-remote-pre (ClusterStepPolicy/rt-remote): its Task came through the cluster \
+             resolver, and bookend injects these steps when Tekton's controller dry-run-creates \
+             the resolved Task; that mutation did not happen"
+            );
+            assert!(
+                message.starts_with(&refusal),
+                "the condition's message:\n  {message}\nstarts with:\n  {refusal}"
+            );
+            assert!(
+                !message.contains("bookend-remote-labelled"),
+                "a policy the dry-run cannot apply is not required: {message}"
+            );
+        },
+    );
+    checks.check("nothing ran", || {
+        assert_eq!(run.object["status"]["podName"].as_str().unwrap_or(""), "");
+        let pods = env
+            .kubectl
+            .get(&[
+                "pods",
+                "-n",
+                REMOTE,
+                "-l",
+                &format!("tekton.dev/taskRun={name}"),
+            ])
+            .expect("list Pods");
+        assert_eq!(pods["items"], json!([]), "no Pod of {name}");
+        // What Tekton prepared to run (status.taskSpec and the step states it initialises
+        // before creating the Pod): the Task as resolved, without the policy's steps. No step
+        // has a state: none ran.
+        let unmutated = ["remote-build", "remote-test"];
+        assert_eq!(
+            step_names(&run.object["status"]["taskSpec"]["steps"]),
+            unmutated,
+            "status.taskSpec"
+        );
+        let states = &run.object["status"]["steps"];
+        assert_eq!(step_names(states), unmutated, "status.steps: {states}");
+        for state in states.as_array().into_iter().flatten() {
+            for key in ["terminated", "running", "waiting"] {
+                assert!(state.get(key).is_none(), "a step state: {state}");
+            }
+        }
+    });
+    // With the entry back, the same TaskRun created again runs with the steps (what bookend's
+    // message tells the user to do).
+    let again = ctx.env.run_one(&remote_taskrun("remote-again"));
+    checks.check("created again once the entry is back, it runs", || {
+        assert_condition(
+            env,
+            &again,
+            "True",
+            "Succeeded",
+            "All Steps have completed executing",
+        );
+        assert_trace(env, &again, &INJECTED);
+    });
+    checks.finish();
+    format!("{status}/{reason}: {message}")
+}
