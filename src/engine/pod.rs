@@ -97,7 +97,7 @@ pub fn check_pod(
     let name = view.display_name();
     let why = match &path {
         TaskSource::RemoteRef { resolver } => format!(
-            "its Task came through the {resolver} resolver, and bookend injects these steps when Tekton's controller dry-run-creates the resolved Task; that mutation did not happen (was bookend unavailable?)"
+            "its Task came through the {resolver} resolver, and bookend injects these steps when Tekton's controller dry-run-creates the resolved Task; that mutation did not happen (bookend was unavailable, or the webhook entry tasks-dryrun.mutate.bookend.dev is missing)"
         ),
         TaskSource::LocalRef { name } => format!(
             "it references Task {name}, which bookend inlines to inject these steps, but the TaskRun was admitted without them (was bookend's webhook bypassed?)"
