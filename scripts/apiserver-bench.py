@@ -14,6 +14,11 @@
   policies N DIR                          N-4 non-matching filler policies (as benches/ make
                                           them) into DIR/fillers.json
   replace-patch OBJECT.json ADMITTED.json the same change as one replace of the steps
+  minimal-patch OBJECT.json ADMITTED.json the same change as one operation per changed place
+  grow TASKRUN.json N                     the TaskRun with N user steps (its own, repeated)
+  bytes BOOKEND [STEPS]                   what bookend injects into examples/taskruns/build.yaml
+                                          (grown to STEPS user steps) with examples/policies:
+                                          object, patch and helper bytes (deterministic)
   report RESULTS.jsonl OUTDIR             tables (results.md), per-set-up means (summary.csv)
                                           and plots (*.svg)
   quick RESULTS.jsonl                     the --quick summary line
@@ -243,6 +248,38 @@ def cmd_policies(n, out_dir):
     )
 
 
+def cmd_minimal_patch(object_path, admitted_path):
+    """The admitted TaskRun's change as one operation per changed place: the record
+    annotation, an `add` at its index for each inserted step, an operation per changed member
+    of a step that was there (as bookend's minimal diff aligns steps by name)."""
+    obj, adm = load(object_path), load(admitted_path)
+    ops = []
+    ann = adm.get("metadata", {}).get("annotations", {})
+    if "annotations" not in obj.get("metadata", {}):
+        ops.append({"op": "add", "path": "/metadata/annotations", "value": ann})
+    else:
+        for k, v in ann.items():
+            ops.append({"op": "add", "path": "/metadata/annotations/" + k.replace("~", "~0").replace("/", "~1"), "value": v})
+    old = {s.get("name"): s for s in obj["spec"]["taskSpec"]["steps"]}
+    for j, step in enumerate(adm["spec"]["taskSpec"]["steps"]):
+        before = old.get(step.get("name"))
+        base = f"/spec/taskSpec/steps/{j}"
+        if before is None:
+            ops.append({"op": "add", "path": base, "value": step})
+            continue
+        for k in sorted(set(step) | set(before)):
+            if k not in before:
+                ops.append({"op": "add", "path": f"{base}/{k}", "value": step[k]})
+            elif k not in step:
+                ops.append({"op": "remove", "path": f"{base}/{k}"})
+            elif step[k] != before[k]:
+                ops.append({"op": "replace", "path": f"{base}/{k}", "value": step[k]})
+    new_vol, old_vol = adm["spec"]["taskSpec"].get("volumes"), obj["spec"]["taskSpec"].get("volumes")
+    if new_vol is not None and new_vol != old_vol:
+        ops.append({"op": "replace" if old_vol is not None else "add", "path": "/spec/taskSpec/volumes", "value": new_vol})
+    dump(ops)
+
+
 def cmd_replace_patch(object_path, admitted_path):
     """The admitted TaskRun's change as few operations: the record annotation, one replace
     (or add) of spec.taskSpec.steps and of spec.taskSpec.volumes."""
@@ -261,6 +298,57 @@ def cmd_replace_patch(object_path, admitted_path):
             continue
         ops.append({"op": "replace" if old is not None else "add", "path": f"/spec/taskSpec/{member}", "value": new})
     dump(ops)
+
+
+def grown(taskrun, n):
+    """The TaskRun with `n` user steps: its own repeated, renamed `<name>-<i>`."""
+    base = taskrun["spec"]["taskSpec"]["steps"]
+    steps = []
+    for i in range(n):
+        step = json.loads(json.dumps(base[i % len(base)]))
+        step["name"] = f"{step['name']}-{i + 1}"
+        steps.append(step)
+    taskrun["spec"]["taskSpec"]["steps"] = steps
+    return taskrun
+
+
+def cmd_grow(taskrun_path, n):
+    dump(grown(load(taskrun_path), int(n)))
+
+
+def cmd_bytes(bookend, steps=None):
+    """Compact-JSON sizes of what `bookend render` admits for build.yaml (or a copy grown to
+    `steps` user steps, each like build.yaml's `test`), with examples/policies."""
+    import subprocess
+    import tempfile
+
+    def render(path, fmt):
+        return subprocess.run(
+            [bookend, "render", "--policies", "examples/policies", "-f", path, "-o", fmt],
+            capture_output=True, text=True, check=True,
+        ).stdout
+
+    src = "examples/taskruns/build.yaml"
+    with tempfile.TemporaryDirectory() as tmp:
+        plain = json.loads(subprocess.run(
+            [bookend, "render", "--policies", tmp, "-f", src, "-o", "json"],
+            capture_output=True, text=True, check=True).stdout)
+        if steps:
+            plain = grown(plain, int(steps))
+        path = Path(tmp) / "taskrun.json"
+        path.write_text(json.dumps(plain))
+        admitted = json.loads(render(str(path), "json"))
+        patch = render(str(path), "patch").strip()
+    size = lambda v: len(json.dumps(v, separators=(",", ":")))
+    all_steps = admitted["spec"]["taskSpec"]["steps"]
+    helpers = [s for s in all_steps if s["name"].startswith("bookend-gate-") or s["name"] == "bookend-verdict"]
+    gated = [s for s in all_steps if any("bookend-gate-" in w.get("input", "") for w in s.get("when", []))]
+    print(
+        f"user_steps={len(plain['spec']['taskSpec']['steps'])} object_bytes={size(admitted)} input_bytes={size(plain)} "
+        f"patch_bytes={len(patch)} patch_ops={len(json.loads(patch))} helpers={len(helpers)} "
+        f"helper_bytes={sum(size(h) for h in helpers)} "
+        f"record_bytes={size(admitted['metadata'].get('annotations', {}))} gated_steps={len(gated)}"
+    )
 
 
 # ------------------------------------------------------------------------------------------
@@ -620,6 +708,9 @@ def main():
         "steps": lambda *names: cmd_steps(list(names)),
         "policies": cmd_policies,
         "replace-patch": cmd_replace_patch,
+        "minimal-patch": cmd_minimal_patch,
+        "bytes": cmd_bytes,
+        "grow": cmd_grow,
         "report": cmd_report,
         "quick": cmd_quick,
     }

@@ -8,9 +8,15 @@
 #                same names, rules, failure policies, timeouts, reinvocation, namespaceSelector)
 #   nullpatch    the same null webhook answering /mutate with bookend's exact patch: the cost of
 #                what bookend injects, without bookend's own work
+#   nullreplace, nullminimal  (optional) the same null webhook answering the same change
+#                written as few operations (the record annotation, one replace of
+#                spec.taskSpec.steps, one add of volumes) or as one operation per changed place
+#                (an add at its index per inserted step, one per field set on a user step):
+#                the two patch shapes compared at equal result
 #   bookend      bookend serve, examples/policies
 #   bookend-10k  bookend serve, examples/policies + 9,996 policies that do not match
-#   map          a MutatingAdmissionPolicy applying bookend's patch (CEL), matched as bookend's
+#   map          a MutatingAdmissionPolicy making bookend's change (CEL JSONPatch: an add at its
+#                index per step, one per field set on a user step), matched as bookend's
 #                mutating webhook is: the in-tree peer at equal work
 #   posts        no admission; the client posts bookend's output itself (the bigger object alone)
 #   before       (BEFORE_BIN=path) a second bookend binary, e.g. a build of an earlier commit
@@ -26,6 +32,9 @@
 #
 #   scripts/bench-apiserver.sh                     # the full run (about 75 min on 2 cores)
 #   DURATION=5 scripts/bench-apiserver.sh --quick  # none, null, bookend at 1 and 8 creators
+#   scripts/bench-apiserver.sh --patch-cost        # no cluster: what applying bookend's patch
+#       costs the apiserver's own code (tests/apiserver-bench/patchcost), for build.yaml and a
+#       20-step TaskRun, as bookend sends it, as one operation per place, as one replace
 #
 # --quick prints as its last line:
 #   null_p50_ms=<a> bookend_p50_ms=<b> added_p50_ms=<b-a> rps_ratio_c8=<bookend/null> object_bytes=<n> errors=<n>
@@ -37,6 +46,7 @@
 #   SETUPS    [none null nullpatch bookend bookend-10k map posts; q none null bookend]
 #   BEFORE_BIN  another bookend binary, measured as set-up `before` (added to SETUPS)
 #   KYVERNO=1   add the `kyverno` set-up (first run builds Kyverno: ~10 min and ~2 GB of modules)
+#   STEPS     grow the TaskRun to this many user steps (its own two, repeated) []
 #   OUT       output directory [target/bench-apiserver]
 #   BUILD=1   rebuild bookend and the null webhook even if built
 #
@@ -48,10 +58,12 @@ cd "$(dirname "$0")/.."
 root=$PWD
 
 QUICK=0
+PATCH_COST=0
 for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
-    -h | --help) sed -n '2,45p' "$0"; exit 0 ;;
+    --patch-cost) PATCH_COST=1 ;;
+    -h | --help) sed -n '2,55p' "$0"; exit 0 ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
     esac
 done
@@ -79,6 +91,28 @@ if [[ ! -x $target/release/bookend || ! -x $target/release/examples/null_webhook
     cargo build --release --bin bookend --example null_webhook >&2
 fi
 mkdir -p "$OUT/bin"
+if [[ $PATCH_COST == 1 ]]; then
+    (cd tests/apiserver-bench/patchcost && CGO_ENABLED=0 go build -o "$root/$OUT/bin/patchcost" .)
+    P=$OUT/patch-cost
+    rm -rf "$P"
+    mkdir -p "$P/no-policies"
+    B=$target/release/bookend
+    "$B" render --policies "$P/no-policies" -f examples/taskruns/build.yaml -o json >"$P/plain-2.json"
+    python3 scripts/apiserver-bench.py grow "$P/plain-2.json" 20 >"$P/plain-20.json"
+    # The loopback benchmark's TaskRun: a PipelineRun's, three steps with longer scripts.
+    python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["request"]["object"]; o.pop("status",None); print(json.dumps(o))' \
+        tests/fixtures/admission-review-taskrun-pipeline.json >"$P/plain-fixture.json"
+    for n in 2 20 fixture; do
+        "$B" render --policies examples/policies --namespace team-a -f "$P/plain-$n.json" -o json >"$P/out-$n.json" 2>/dev/null
+        "$B" render --policies examples/policies --namespace team-a -f "$P/plain-$n.json" -o patch >"$P/bookend-$n.json" 2>/dev/null
+        python3 scripts/apiserver-bench.py minimal-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/minimal-$n.json"
+        python3 scripts/apiserver-bench.py replace-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/replace-$n.json"
+        echo "== build.yaml's TaskRun: $n user steps (fixture: the PipelineRun TaskRun of tests/fixtures) (load average $(cut -d' ' -f1-3 /proc/loadavg))"
+        "$OUT/bin/patchcost" "$P/plain-$n.json" "bookend=$P/bookend-$n.json" \
+            "minimal=$P/minimal-$n.json" "replace=$P/replace-$n.json"
+    done
+    exit 0
+fi
 ONLY="kube-apiserver kubectl etcd crds" tests/e2e/build-tools.sh >"$OUT/build-tools.log" 2>&1 || {
     cat "$OUT/build-tools.log" >&2; exit 1; }
 # The load client: Go standard library only; the Go build cache makes a rebuild instant.
@@ -136,12 +170,16 @@ TLS=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 # Inputs: the TaskRun, bookend's output and patch for it, the expectations.
 mkdir -p "$F/no-policies"
 "$BOOKEND" render --policies "$F/no-policies" -f examples/taskruns/build.yaml -o json >"$F/plain.json"
-"$BOOKEND" render --policies examples/policies -f examples/taskruns/build.yaml -o json >"$F/bookend-out.json"
-"$BOOKEND" render --policies examples/policies -f examples/taskruns/build.yaml -o patch >"$F/bookend.patch.json"
+if [[ -n ${STEPS:-} ]]; then
+    $PY grow "$F/plain.json" "$STEPS" >"$F/grown.json"
+    mv "$F/grown.json" "$F/plain.json"
+fi
+"$BOOKEND" render --policies examples/policies -f "$F/plain.json" -o json >"$F/bookend-out.json"
+"$BOOKEND" render --policies examples/policies -f "$F/plain.json" -o patch >"$F/bookend.patch.json"
 $PY expect "$F/plain.json" >"$F/expect-plain.json"
 $PY expect "$F/bookend-out.json" >"$F/expect-bookend.json"
 if [[ -n ${BEFORE_BIN:-} ]]; then
-    "$OUT/bin/bookend-before" render --policies examples/policies -f examples/taskruns/build.yaml -o json >"$F/before-out.json"
+    "$OUT/bin/bookend-before" render --policies examples/policies -f "$F/plain.json" -o json >"$F/before-out.json"
     $PY expect "$F/before-out.json" >"$F/expect-before.json"
 fi
 K create --dry-run=client -o json -f deploy/base/webhooks.yaml >"$F/webhooks-deploy.json"
@@ -182,8 +220,21 @@ if want nullpatch; then
     start_server nullpatch "$OUT/bin/null_webhook" --patch-file "$F/bookend.patch.json" "${TLS[@]}"
     COUNTER[nullpatch]=null_webhook_requests_total
 fi
+if want nullreplace; then
+    $PY replace-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.replace.json"
+    start_server nullreplace "$OUT/bin/null_webhook" --patch-file "$F/bookend.replace.json" "${TLS[@]}"
+    COUNTER[nullreplace]=null_webhook_requests_total
+fi
+if want nullminimal; then
+    $PY minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.minimal.json"
+    start_server nullminimal "$OUT/bin/null_webhook" --patch-file "$F/bookend.minimal.json" "${TLS[@]}"
+    COUNTER[nullminimal]=null_webhook_requests_total
+fi
 if want map; then
-    $PY map "$F/bookend.patch.json" "$F/webhooks-deploy.json" >"$F/map.json"
+    # Written the way a policy author would: an add at its index per step, the fields set on
+    # the user's steps one by one (bookend's minimal diff), whatever shape bookend sends.
+    $PY minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/map.patch.json"
+    $PY map "$F/map.patch.json" "$F/webhooks-deploy.json" >"$F/map.json"
 fi
 if want kyverno; then
     # shellcheck source=scripts/bench-apiserver-kyverno.sh
@@ -196,7 +247,7 @@ fi
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (modified)')"
     echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
     echo "kube-apiserver: $("$E2E_BIN/kube-apiserver" --version 2>/dev/null)"
-    echo "settings: DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS CREATORS='$CREATORS' RATES='$RATES' SETUPS='$SETUPS'"
+    echo "settings: DURATION=$DURATION WARMUP=$WARMUP ROUNDS=$ROUNDS CREATORS='$CREATORS' RATES='$RATES' SETUPS='$SETUPS' STEPS='${STEPS:-}'"
     echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$OUT/env.txt"
 log "$(tr '\n' ';' <"$OUT/env.txt")"
