@@ -961,6 +961,9 @@ func run(args []string) error {
 	if err := deleteAll(ctx, cl, &c, b, *cell); err != nil {
 		return err
 	}
+	if err := compactEtcd(*etcd); err != nil {
+		return err
+	}
 	res.DeleteSeconds = time.Since(t0).Seconds()
 	res.Connections = cl.dials.Load()
 	if res.Connections != 1 {
@@ -1000,7 +1003,7 @@ func checkAll(ctx context.Context, cl *client, c *common, b *body, exp *expectat
 		if cont != "" {
 			path += "&continue=" + url.QueryEscape(cont)
 		}
-		status, data, err := cl.do(ctx, "GET", path, nil)
+		status, data, err := retried(ctx, cl, "GET", path, nil)
 		if err != nil {
 			return err
 		}
@@ -1048,7 +1051,7 @@ func checkAll(ctx context.Context, cl *client, c *common, b *body, exp *expectat
 
 // objectSize: the object as the apiserver returns it (JSON) and as etcd stores it.
 func objectSize(ctx context.Context, cl *client, c *common, b *body, etcd, name string, res *cellResult) error {
-	status, data, err := cl.do(ctx, "GET", b.collection(c.namespace)+"/"+name, nil)
+	status, data, err := retried(ctx, cl, "GET", b.collection(c.namespace)+"/"+name, nil)
 	if err != nil {
 		return err
 	}
@@ -1086,19 +1089,78 @@ func objectSize(ctx context.Context, cl *client, c *common, b *body, etcd, name 
 	return nil
 }
 
+// retried: a request outside the measured load, repeated (up to 5 times, backing off) while
+// the apiserver answers 429, 500, 503 or 504 or the request fails.
+func retried(ctx context.Context, cl *client, method, path string, body []byte) (int, []byte, error) {
+	var (
+		status int
+		data   []byte
+		err    error
+	)
+	for attempt := 0; attempt < 5; attempt++ {
+		if attempt > 0 {
+			time.Sleep(time.Duration(attempt) * 2 * time.Second)
+		}
+		status, data, err = cl.do(ctx, method, path, body)
+		if err == nil && status != 429 && status != 500 && status != 503 && status != 504 {
+			return status, data, nil
+		}
+	}
+	return status, data, err
+}
+
+// compactEtcd compacts etcd's history up to now and defragments it, so that the TaskRuns of
+// every cell, deleted, do not accumulate on disk over a long run (the apiserver compacts only
+// every five minutes and never defragments).
+func compactEtcd(etcd string) error {
+	if etcd == "" {
+		return nil
+	}
+	post := func(path string, body any) (map[string]any, error) {
+		data, _ := json.Marshal(body)
+		resp, err := http.Post(strings.TrimRight(etcd, "/")+path, "application/json", bytes.NewReader(data))
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		var out map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != 200 {
+			return nil, fmt.Errorf("etcd %s: HTTP %d: %v", path, resp.StatusCode, out)
+		}
+		return out, nil
+	}
+	out, err := post("/v3/kv/range", map[string]any{"key": base64.StdEncoding.EncodeToString([]byte("/registry/namespaces/default"))})
+	if err != nil {
+		return err
+	}
+	header, _ := out["header"].(map[string]any)
+	revision, _ := header["revision"].(string)
+	if revision == "" {
+		return fmt.Errorf("etcd range: no revision in %v", out)
+	}
+	if _, err := post("/v3/kv/compaction", map[string]any{"revision": revision}); err != nil {
+		return err
+	}
+	_, err = post("/v3/maintenance/defragment", map[string]any{})
+	return err
+}
+
 func deleteAll(ctx context.Context, cl *client, c *common, b *body, cell string) error {
 	path := b.collection(c.namespace) + "?labelSelector=" + selector(cell)
 	opts := []byte(`{"kind":"DeleteOptions","apiVersion":"v1","propagationPolicy":"Background"}`)
 	deadline := time.Now().Add(10 * time.Minute)
 	for {
-		status, data, err := cl.do(ctx, "DELETE", path, opts)
+		status, data, err := retried(ctx, cl, "DELETE", path, opts)
 		if err != nil {
 			return err
 		}
 		if status != 200 && status != 504 {
 			return fmt.Errorf("delete: HTTP %d: %s", status, truncate(string(data), 300))
 		}
-		status, data, err = cl.do(ctx, "GET", path+"&limit=1", nil)
+		status, data, err = retried(ctx, cl, "GET", path+"&limit=1", nil)
 		if err != nil {
 			return err
 		}
