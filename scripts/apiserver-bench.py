@@ -574,11 +574,15 @@ def cmd_report(results_path, out_dir):
     levels = sorted({(a["sort"], a["level"]) for a in agg.values()})
     levels = [l for _, l in levels]
     lines = []
+    extra = [f"{r['setup']} r{r['round']} {level_name(r)}: {r['connections']}" for r in rows if r.get("connections", 1) > 1]
     lines.append(f"{len(rows)} cells, {sum(r['requests'] for r in rows):,} measured CREATEs, "
                  f"{sum(r.get('checked', 0) for r in rows):,} TaskRuns checked, "
                  f"errors (failed CREATEs + wrong or missing objects): "
                  f"{sum(r['errors'] + r.get('mismatched', 0) + max(0, r.get('missing', 0)) for r in rows)}; "
                  f"load average {load_range([x for a in agg.values() for x in a['load']])}.")
+    if extra:
+        lines.append("")
+        lines.append("Cells whose client had to dial again (the apiserver closed its connection): " + "; ".join(extra) + ".")
     lines.append("")
     # Client view, per level.
     lines.append("### Client latency and throughput (median over rounds)")
