@@ -7,7 +7,10 @@
 //! is inlined from the catalog; `steps` does not apply), `decide` (engine::decide), `diff`
 //! (patch::diff), `parse` (the review body into a serde_json::Value), `scan` (the body read
 //! and checked as JSON, nothing built: the floor of any serde_json reader), `setup` (inputs
-//! only: subtract it).
+//! only: subtract it). With the example policies (`examples/policies`; `steps` and `policies`
+//! do not apply): `example` (the fixture, a PipelineRun's TaskRun, which the Audit policy
+//! matches too), `build` (`examples/taskruns/build.yaml`, the apiserver benchmark's TaskRun),
+//! `backstop-build` (`/validate` of build.yaml as admitted: the validating webhook's work).
 //!
 //! scripts/bench-profile.sh runs it under callgrind and prints instructions per iteration.
 
@@ -45,6 +48,20 @@ fn main() {
         dry_run: false,
     };
     let admitted = engine::decide(request, &set, &catalog).object;
+    let examples = support::example_policy_set();
+    let build = support::build_taskrun();
+    let build_body = support::review_of(build.clone());
+    let build_admitted = engine::decide(
+        Request {
+            object: &build,
+            namespace: "team-a",
+            dry_run: false,
+        },
+        &examples,
+        &catalog,
+    )
+    .object;
+    let backstop_body = support::review_of(build_admitted);
     let began = Instant::now();
     for _ in 0..iterations {
         match case {
@@ -61,6 +78,30 @@ fn main() {
                     Endpoint::Mutate,
                     black_box(&taskref_body),
                     &set,
+                    &catalog,
+                ));
+            }
+            "example" => {
+                black_box(admission::review(
+                    Endpoint::Mutate,
+                    black_box(&body),
+                    &examples,
+                    &catalog,
+                ));
+            }
+            "build" => {
+                black_box(admission::review(
+                    Endpoint::Mutate,
+                    black_box(&build_body),
+                    &examples,
+                    &catalog,
+                ));
+            }
+            "backstop-build" => {
+                black_box(admission::review(
+                    Endpoint::Validate,
+                    black_box(&backstop_body),
+                    &examples,
                     &catalog,
                 ));
             }

@@ -10,17 +10,23 @@
 //!
 //! `--patch-bytes N` adds a fixed JSON patch of about N bytes (built once at startup) to every
 //! answer: the cost of sending a mutating webhook's larger answer, without computing it.
+//! `--patch-file FILE` answers `/mutate` with the JSON patch in FILE instead (`/validate` stays
+//! a plain allow): registered in front of a real kube-apiserver, it makes the apiserver store
+//! exactly what bookend would, without bookend's work (`scripts/bench-apiserver.sh`, the
+//! `nullpatch` set-up).
 //!
 //! ```sh
 //! cargo run --release --example null_webhook -- \
 //!     --tls-cert certs/tls.crt --tls-key certs/tls.key --listen 127.0.0.1:9443
 //! ```
 //!
-//! `GET /readyz` on `--admin-listen` (plain HTTP) answers 200 once the listeners are serving.
+//! `GET /readyz` on `--admin-listen` (plain HTTP) answers 200 once the listeners are serving;
+//! `GET /metrics` there counts the reviews answered (`null_webhook_requests_total`).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -56,12 +62,15 @@ struct Args {
     /// Webhook (HTTPS) listen address.
     #[arg(long, default_value = "127.0.0.1:9443")]
     listen: SocketAddr,
-    /// Admin (HTTP: /readyz) listen address.
+    /// Admin (HTTP: /readyz, /metrics) listen address.
     #[arg(long, default_value = "127.0.0.1:9080")]
     admin_listen: SocketAddr,
     /// Answer with a fixed JSON patch of about this many bytes (0: no patch).
     #[arg(long, default_value_t = 0)]
     patch_bytes: usize,
+    /// Answer `/mutate` with the JSON patch (an RFC 6902 array) in this file.
+    #[arg(long, conflicts_with = "patch_bytes")]
+    patch_file: Option<PathBuf>,
 }
 
 fn main() -> std::process::ExitCode {
@@ -101,11 +110,33 @@ fn main() -> std::process::ExitCode {
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(20),
         };
-        let patch = fixed_patch(args.patch_bytes);
-        let answer = move |request: Request| allow(request, patch.clone());
+        let answered = Arc::new(AtomicU64::new(0));
+        let (mutate_patch, validate_patch) = match &args.patch_file {
+            Some(path) => match file_patch(path) {
+                Ok(patch) => (Some(patch), None),
+                Err(e) => {
+                    eprintln!("error: {}: {e}", path.display());
+                    return std::process::ExitCode::from(2);
+                }
+            },
+            None => {
+                let patch = fixed_patch(args.patch_bytes);
+                (patch.clone(), patch)
+            }
+        };
+        let count = answered.clone();
+        let mutate = move |request: Request| {
+            count.fetch_add(1, Ordering::Relaxed);
+            allow(request, mutate_patch.clone())
+        };
+        let count = answered.clone();
+        let validate = move |request: Request| {
+            count.fetch_add(1, Ordering::Relaxed);
+            allow(request, validate_patch.clone())
+        };
         let router = Router::new()
-            .route("/mutate", post(answer.clone()))
-            .route("/validate", post(answer));
+            .route("/mutate", post(mutate))
+            .route("/validate", post(validate));
         let server = tokio::spawn(serve_tls(
             webhook,
             tls,
@@ -114,7 +145,17 @@ fn main() -> std::process::ExitCode {
             Metrics::new(),
             stop.clone(),
         ));
-        let admin_router = Router::new().route("/readyz", get(|| async { "ok\n" }));
+        let admin_router = Router::new()
+            .route("/readyz", get(|| async { "ok\n" }))
+            .route(
+                "/metrics",
+                get(move || async move {
+                    format!(
+                        "null_webhook_requests_total {}\n",
+                        answered.load(Ordering::Relaxed)
+                    )
+                }),
+            );
         let admin_stop = stop.clone();
         tokio::spawn(async move {
             let _ = axum::serve(admin, admin_router)
@@ -149,6 +190,20 @@ fn fixed_patch(bytes: usize) -> Option<Arc<RawValue>> {
     let encoded = base64::engine::general_purpose::STANDARD.encode(text);
     let raw = RawValue::from_string(format!("\"{encoded}\"")).expect("a JSON string");
     Some(Arc::from(raw))
+}
+
+/// The JSON patch in `path`, base64-encoded once, as a JSON string.
+fn file_patch(path: &std::path::Path) -> Result<Arc<RawValue>, String> {
+    use base64::Engine as _;
+    let text = std::fs::read(path).map_err(|e| e.to_string())?;
+    let patch: Value = serde_json::from_slice(&text).map_err(|e| e.to_string())?;
+    if !patch.is_array() {
+        return Err("not a JSON patch (an array of operations)".to_owned());
+    }
+    let compact = serde_json::to_vec(&patch).expect("patch serialises");
+    let encoded = base64::engine::general_purpose::STANDARD.encode(compact);
+    let raw = RawValue::from_string(format!("\"{encoded}\"")).map_err(|e| e.to_string())?;
+    Ok(Arc::from(raw))
 }
 
 /// Parses the review and allows it, echoing the uid (and the fixed patch, if any).

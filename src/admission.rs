@@ -513,15 +513,17 @@ fn taskrun(
     if summary.name.is_empty() {
         summary.name = view.display_name();
     }
-    let decision = engine::decide_patch(
-        Request {
-            object,
-            namespace,
-            dry_run: summary.dry_run,
-        },
-        set,
-        lookup,
-    );
+    let request = Request {
+        object,
+        namespace,
+        dry_run: summary.dry_run,
+    };
+    let decision = match endpoint {
+        Endpoint::Mutate => engine::decide_patch(request, set, lookup),
+        Endpoint::Validate | Endpoint::ValidatePods => {
+            engine::decide_backstop(request, set, lookup)
+        }
+    };
     Ok(match endpoint {
         Endpoint::Mutate => mutate_answer(decision, summary),
         Endpoint::Validate | Endpoint::ValidatePods => backstop_answer(object, decision),

@@ -255,3 +255,30 @@ pub fn catalog_with(tasks: usize, extra: &[Value]) -> Catalog {
     assert_eq!(catalog.add_objects(extra, "default"), extra.len());
     catalog
 }
+
+/// The example policies (`examples/policies`: two Enforce policies on `team-*`, one on a
+/// label, an Audit policy on PipelineRun TaskRuns), as `bookend serve` loads them by default.
+pub fn example_policy_set() -> PolicySet {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
+    let loaded = bookend::policy::load::policy_set(&[dir], Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
+}
+
+/// The fixture review carrying `object` (in `team-a`) instead of its TaskRun.
+pub fn review_of(object: Value) -> Vec<u8> {
+    let mut review = review_value();
+    review["request"]["object"] = object;
+    serde_json::to_vec(&review).expect("serialises")
+}
+
+/// `examples/taskruns/build.yaml`: the TaskRun the apiserver benchmark creates (a standalone
+/// TaskRun in `team-a`, two steps).
+pub fn build_taskrun() -> Value {
+    let path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/taskruns/build.yaml");
+    let text = std::fs::read_to_string(path).expect("examples/taskruns/build.yaml");
+    bookend::policy::load::yaml_documents(&text)
+        .expect("YAML")
+        .remove(0)
+}

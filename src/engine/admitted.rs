@@ -19,26 +19,41 @@ impl Admitted {
     /// render's reference, which the webhook's [`Admitted::into_patch`] must equal (unit test
     /// and fuzz target).
     pub(super) fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
-        let object = match self {
-            Self::Injected(injection) => injection.apply(original.clone()),
-            Self::Rewritten(object) => object,
-        };
-        (patch::diff(original, &object), object)
+        match self {
+            Self::Injected(injection) => {
+                let object = injection.clone().apply(original.clone());
+                (injection.patch(original, Shape::Fewest), object)
+            }
+            Self::Rewritten(object) => (patch::diff(original, &object), object),
+        }
     }
 
-    /// The patch from `original`, the same operations as diffing the whole admitted object,
-    /// without building it.
-    pub(super) fn into_patch(self, original: &Value) -> Vec<Operation> {
+    /// The patch from `original`, without building the admitted object: the operations
+    /// `into_patch_and_object` gives for the same `shape`.
+    pub(super) fn into_patch(self, original: &Value, shape: Shape) -> Vec<Operation> {
         match self {
-            Self::Injected(injection) => injection.patch(original),
+            Self::Injected(injection) => injection.patch(original, shape),
             Self::Rewritten(object) => patch::diff_owned(original, object),
         }
     }
 }
 
+/// How the steps of an injection are written in the patch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Shape {
+    /// What the webhook sends (and render prints): the minimal operations, or one `replace`
+    /// of `spec.taskSpec.steps` when that is cheaper for the API server to apply
+    /// ([`patch::diff_member_fewest`]).
+    Fewest,
+    /// The minimal operations, one per changed place: what the validating backstop describes
+    /// when it refuses a TaskRun.
+    Minimal,
+}
+
 /// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
 /// `volumes` when policies bring or once brought volumes; every other member stays as it is)
 /// and its `bookend.dev/injected` record (`None`: the annotation is removed).
+#[derive(Clone)]
 pub(super) struct Injection {
     pub(super) task_spec_members: Map<String, Value>,
     pub(super) record: Option<String>,
@@ -61,7 +76,7 @@ impl Injection {
 
     /// The operations [`Injection::apply`] amounts to, in the order a diff of the whole
     /// objects lists them (maps keep their keys sorted: `metadata` before `spec`).
-    fn patch(self, original: &Value) -> Vec<Operation> {
+    fn patch(self, original: &Value, shape: Shape) -> Vec<Operation> {
         let mut ops = Vec::new();
         patch::set_at(
             original,
@@ -75,7 +90,12 @@ impl Injection {
         let mut path = patch::pointer(&["spec", "taskSpec"]);
         // Members in key order, as a diff of the whole taskSpec visits them.
         for (key, value) in self.task_spec_members {
-            patch::diff_member(&mut path, &key, old_spec.get(&key), value, &mut ops);
+            match (shape, key.as_str()) {
+                (Shape::Fewest, "steps") => {
+                    patch::diff_member_fewest(&mut path, &key, old_spec.get(&key), value, &mut ops)
+                }
+                _ => patch::diff_member(&mut path, &key, old_spec.get(&key), value, &mut ops),
+            }
         }
         ops
     }

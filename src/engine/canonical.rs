@@ -12,30 +12,125 @@ pub fn canonical(step: &Value) -> Value {
     canon(step, None)
 }
 
+/// Whether `canonical(a) == canonical(b)`, without building either form: the comparison bookend
+/// makes for every injected step and volume it finds again (re-invocation, the validating
+/// backstop). Only the few members with a special form (`timeout`, resource quantities, result
+/// types) are built; everything else is compared in place.
+pub fn equivalent(a: &Value, b: &Value) -> bool {
+    values_eq(a, b, None)
+}
+
+/// [`equivalent`] for two objects, leaving out their members named in `skip`.
+pub fn equivalent_without(a: &Value, b: &Value, skip: &[&str]) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => objects_eq(x, y, None, skip),
+        _ => values_eq(a, b, None),
+    }
+}
+
+/// Whether two lists that would be member `key` of an object compare equal in canonical form
+/// (an empty list counts as no list).
+pub fn lists_equivalent(key: &str, a: &[&Value], b: &[&Value]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| values_eq(p, q, Some(key)))
+}
+
+/// `canon(a, key) == canon(b, key)`.
+fn values_eq(a: &Value, b: &Value, key: Option<&str>) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => objects_eq(x, y, key, &[]),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(p, q)| values_eq(p, q, key))
+        }
+        // Scalars are kept as they are; an object or array never equals anything else.
+        _ => a == b,
+    }
+}
+
+fn objects_eq(
+    x: &Map<String, Value>,
+    y: &Map<String, Value>,
+    parent: Option<&str>,
+    skip: &[&str],
+) -> bool {
+    // Maps are sorted (serde_json without preserve_order), so one walk pairs the keys.
+    let kept = |(k, _): &(&String, &Value)| !skip.contains(&k.as_str());
+    let (mut xs, mut ys) = (
+        x.iter().filter(kept).peekable(),
+        y.iter().filter(kept).peekable(),
+    );
+    loop {
+        let ordering = match (xs.peek(), ys.peek()) {
+            (None, None) => return true,
+            (Some(_), None) => std::cmp::Ordering::Less,
+            (None, Some(_)) => std::cmp::Ordering::Greater,
+            (Some((kx, _)), Some((ky, _))) => kx.as_str().cmp(ky.as_str()),
+        };
+        let same = match ordering {
+            std::cmp::Ordering::Less => {
+                let (k, v) = xs.next().expect("peeked");
+                member_is_zero(k, v, parent)
+            }
+            std::cmp::Ordering::Greater => {
+                let (k, v) = ys.next().expect("peeked");
+                member_is_zero(k, v, parent)
+            }
+            std::cmp::Ordering::Equal => {
+                let (k, p) = xs.next().expect("peeked");
+                let (_, q) = ys.next().expect("peeked");
+                members_eq(k, p, q, parent)
+            }
+        };
+        if !same {
+            return false;
+        }
+    }
+}
+
+/// Whether member `key` of an object under `parent` has a form of its own (see [`member`]).
+fn is_special(key: &str, value: &Value, parent: Option<&str>) -> bool {
+    match (key, value) {
+        ("timeout", Value::String(_)) | ("results", Value::Array(_)) => true,
+        ("limits" | "requests", Value::Object(_)) => {
+            matches!(parent, Some("computeResources" | "resources"))
+        }
+        _ => false,
+    }
+}
+
+/// Two members of the same name: equal, or both dropped as zero.
+fn members_eq(key: &str, p: &Value, q: &Value, parent: Option<&str>) -> bool {
+    if is_special(key, p, parent) || is_special(key, q, parent) {
+        let (cp, cq) = (member(key, p, parent), member(key, q, parent));
+        return (is_zero(&cp) && is_zero(&cq)) || cp == cq;
+    }
+    match (is_zero_canon(p, Some(key)), is_zero_canon(q, Some(key))) {
+        (true, true) => true,
+        (false, false) => values_eq(p, q, Some(key)),
+        _ => false,
+    }
+}
+
+fn member_is_zero(key: &str, value: &Value, parent: Option<&str>) -> bool {
+    if is_special(key, value, parent) {
+        return is_zero(&member(key, value, parent));
+    }
+    is_zero_canon(value, Some(key))
+}
+
+/// `is_zero(&canon(value, key))`.
+fn is_zero_canon(value: &Value, key: Option<&str>) -> bool {
+    match value {
+        Value::Object(map) => map.iter().all(|(k, v)| member_is_zero(k, v, key)),
+        other => is_zero(other),
+    }
+}
+
 fn canon(value: &Value, key: Option<&str>) -> Value {
     match value {
         Value::Object(map) => {
             let mut out = Map::new();
             for (k, v) in map {
-                let c = match (k.as_str(), v) {
-                    ("timeout", Value::String(s)) => match parse_go_duration(s) {
-                        Ok(secs) => Value::String(format!("{secs}s")),
-                        Err(_) => v.clone(),
-                    },
-                    ("limits" | "requests", Value::Object(q))
-                        if matches!(key, Some("computeResources" | "resources")) =>
-                    {
-                        Value::Object(
-                            q.iter()
-                                .map(|(name, qty)| (name.clone(), canonical_quantity(qty)))
-                                .collect(),
-                        )
-                    }
-                    ("results", Value::Array(results)) => {
-                        Value::Array(results.iter().map(default_result_type).collect())
-                    }
-                    _ => canon(v, Some(k)),
-                };
+                let c = member(k, v, key);
                 if !is_zero(&c) {
                     out.insert(k.clone(), c);
                 }
@@ -44,6 +139,29 @@ fn canon(value: &Value, key: Option<&str>) -> Value {
         }
         Value::Array(items) => Value::Array(items.iter().map(|v| canon(v, key)).collect()),
         other => other.clone(),
+    }
+}
+
+/// The comparable form of member `key` of an object that is itself member `parent`.
+fn member(key: &str, value: &Value, parent: Option<&str>) -> Value {
+    match (key, value) {
+        ("timeout", Value::String(s)) => match parse_go_duration(s) {
+            Ok(secs) => Value::String(format!("{secs}s")),
+            Err(_) => value.clone(),
+        },
+        ("limits" | "requests", Value::Object(q))
+            if matches!(parent, Some("computeResources" | "resources")) =>
+        {
+            Value::Object(
+                q.iter()
+                    .map(|(name, qty)| (name.clone(), canonical_quantity(qty)))
+                    .collect(),
+            )
+        }
+        ("results", Value::Array(results)) => {
+            Value::Array(results.iter().map(default_result_type).collect())
+        }
+        _ => canon(value, Some(key)),
     }
 }
 
@@ -154,6 +272,96 @@ mod tests {
             canonical(&r),
             canonical(&json!({"computeResources": {"limits": {"cpu": "2"}}}))
         );
+    }
+
+    #[test]
+    fn equivalent_agrees_with_canonical_on_the_round_trip_forms() {
+        let policy = json!({
+            "name": "bookend-x", "image": "alpine", "timeout": "5m",
+            "computeResources": {"limits": {"cpu": "0.5", "memory": "1Gi"}},
+            "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": false}],
+            "results": [{"name": "ok"}]
+        });
+        let defaulted = json!({
+            "name": "bookend-x", "image": "alpine", "timeout": "5m0s",
+            "computeResources": {"limits": {"cpu": "500m", "memory": "1073741824"}},
+            "volumeMounts": [{"name": "v", "mountPath": "/v"}],
+            "results": [{"name": "ok", "type": "string"}],
+            "securityContext": {}
+        });
+        assert!(equivalent(&policy, &defaulted));
+        assert!(!equivalent(
+            &policy,
+            &json!({"name": "bookend-x", "image": "evil", "timeout": "5m"})
+        ));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn leaf() -> impl Strategy<Value = Value> {
+            prop_oneof![
+                Just(Value::Null),
+                Just(json!(false)),
+                Just(json!(true)),
+                Just(json!("")),
+                Just(json!("x")),
+                Just(json!("5m")),
+                Just(json!("300s")),
+                Just(json!("500m")),
+                Just(json!("0.5")),
+                Just(json!(0)),
+                Just(json!(1)),
+                Just(json!({})),
+                Just(json!([])),
+            ]
+        }
+
+        fn key() -> impl Strategy<Value = String> {
+            prop_oneof![
+                Just("a"),
+                Just("b"),
+                Just("name"),
+                Just("type"),
+                Just("timeout"),
+                Just("limits"),
+                Just("requests"),
+                Just("computeResources"),
+                Just("resources"),
+                Just("results"),
+                Just("properties"),
+            ]
+            .prop_map(str::to_owned)
+        }
+
+        fn value() -> impl Strategy<Value = Value> {
+            leaf().prop_recursive(4, 24, 4, |inner| {
+                prop_oneof![
+                    prop::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                    prop::collection::btree_map(key(), inner, 0..4)
+                        .prop_map(|m| Value::Object(m.into_iter().collect())),
+                ]
+            })
+        }
+
+        proptest! {
+            #[test]
+            fn equivalent_is_canonical_equality(a in value(), b in value()) {
+                prop_assert_eq!(equivalent(&a, &b), canonical(&a) == canonical(&b));
+                prop_assert!(equivalent(&a, &canonical(&a)));
+                prop_assert!(equivalent(&a, &a));
+            }
+
+            #[test]
+            fn zero_members_do_not_count(a in value(), k in key(), z in leaf()) {
+                let mut b = a.clone();
+                if let Value::Object(map) = &mut b {
+                    map.insert(k, z);
+                }
+                prop_assert_eq!(equivalent(&a, &b), canonical(&a) == canonical(&b));
+            }
+        }
     }
 
     #[test]

@@ -24,6 +24,29 @@ pub fn check(
     run_params: &[Value],
     context: &super::Context<'_>,
 ) -> Result<(), Denial> {
+    check_steps_of(
+        task_spec,
+        steps,
+        kinds,
+        applied,
+        &|_| true,
+        run_params,
+        context,
+    )
+}
+
+/// [`check`], with the rules for policy steps applied only to the steps of the policies
+/// `checked` selects (step names are checked across all steps). The Audit check uses it: the
+/// enforced policies' steps passed these rules already, in the same TaskRun.
+pub fn check_steps_of(
+    task_spec: &Value,
+    steps: &[Value],
+    kinds: &[StepKind],
+    applied: &[&Policy],
+    checked: &dyn Fn(&Policy) -> bool,
+    run_params: &[Value],
+    context: &super::Context<'_>,
+) -> Result<(), Denial> {
     let owner = |i: usize| match kinds.get(i) {
         Some(StepKind::Pre(p) | StepKind::Post(p)) => Some(applied[*p]),
         _ => None,
@@ -60,7 +83,9 @@ pub fn check(
     let params = declared_params(task_spec, run_params);
 
     for (i, step) in steps.iter().enumerate() {
-        let Some(policy) = owner(i) else { continue };
+        let Some(policy) = owner(i).filter(|p| checked(p)) else {
+            continue;
+        };
         let name = name_of(i);
         if template_command && step.get("ref").is_none() && step.get("script").is_some() {
             return Err(Denial::step(

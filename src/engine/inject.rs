@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
 
-use super::canonical::canonical;
+use super::canonical::{canonical, equivalent_without, lists_equivalent};
 use super::record::Record;
 use super::{Denial, reindex};
 use crate::policy::{Policy, PolicySet, PostStepsRun, Settings};
@@ -37,8 +37,33 @@ pub struct Composed {
     pub steps: Vec<Value>,
     pub kinds: Vec<StepKind>,
     pub helpers: Vec<String>,
+    /// What each helper (in `helpers` order) checks.
+    pub checks: Vec<Helper>,
     /// User steps bookend set to `onError: continue` (name, or `#<ordinal>` when unnamed).
     pub continued: Vec<String>,
+}
+
+/// What a helper step checks: enough to write it in the current form, or in the form earlier
+/// releases wrote (which bookend still accepts as its own, so an upgrade does not refuse
+/// TaskRuns an older replica injected).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Helper {
+    /// Before a guarded step: the previous gate (its index and name), if any, and the
+    /// must-succeed steps since it.
+    Gate {
+        previous: Option<(usize, String)>,
+        checks: Vec<Checked>,
+    },
+    /// The last step: every must-succeed step.
+    Verdict { checks: Vec<Checked> },
+}
+
+/// A must-succeed step: its index in the final list and its container name (`step-<name>`, or
+/// `step-unnamed-<index>`), which is also its directory under `/tekton/steps`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checked {
+    pub index: usize,
+    pub container: String,
 }
 
 /// Identity of a user step across passes.
@@ -179,7 +204,8 @@ pub fn strip(
 }
 
 /// Whether `step` is the policy's step `name`, as bookend would have written it (Always may
-/// have set `onError: continue` and added a gate condition).
+/// have set `onError: continue` and added a gate condition). Compared in canonical form (as
+/// Tekton's defaulting leaves it), without copying either step.
 fn is_policy_step(
     step: &Value,
     owner: &Policy,
@@ -195,22 +221,44 @@ fn is_policy_step(
     else {
         return false;
     };
-    let mut actual = step.clone();
-    remove_gate_whens(settings, &mut actual);
-    let def = tekton::convert_container(def.clone(), version);
-    let on_error = |v: &Value| v.get("onError").and_then(Value::as_str).map(str::to_owned);
-    let (actual_on_error, def_on_error) = (on_error(&actual), on_error(&def));
-    if actual_on_error != def_on_error && actual_on_error.as_deref() != Some("continue") {
+    let converted;
+    let def = match version {
+        ApiVersion::V1 => def,
+        ApiVersion::V1beta1 => {
+            converted = tekton::convert_container(def.clone(), version);
+            &converted
+        }
+    };
+    fn on_error(v: &Value) -> Option<&str> {
+        v.get("onError").and_then(Value::as_str)
+    }
+    let (actual_on_error, def_on_error) = (on_error(step), on_error(def));
+    if actual_on_error != def_on_error && actual_on_error != Some("continue") {
         return false;
     }
-    let without_on_error = |v: &Value| {
-        let mut v = v.clone();
-        if let Some(o) = v.as_object_mut() {
-            o.remove("onError");
-        }
-        canonical(&v)
-    };
-    without_on_error(&actual) == without_on_error(&def)
+    // `when`: the definition's own conditions; bookend's gate conditions do not count.
+    fn whens<'a>(settings: &Settings, v: &'a Value) -> Vec<&'a Value> {
+        v.get("when")
+            .and_then(Value::as_array)
+            .map(|w| w.iter().filter(|w| !is_gate_when(settings, w)).collect())
+            .unwrap_or_default()
+    }
+    let odd = |v: &Value| v.get("when").is_some_and(|w| !w.is_array());
+    if odd(step) || odd(def) {
+        // A `when` that is not a list (no valid step has one): the plain way, with copies.
+        let mut actual = step.clone();
+        remove_gate_whens(settings, &mut actual);
+        let without_on_error = |v: &Value| {
+            let mut v = v.clone();
+            if let Some(o) = v.as_object_mut() {
+                o.remove("onError");
+            }
+            canonical(&v)
+        };
+        return without_on_error(&actual) == without_on_error(def);
+    }
+    lists_equivalent("when", &whens(settings, step), &whens(settings, def))
+        && equivalent_without(step, def, &["onError", "when"])
 }
 
 /// Context for resolving a user step's `onError: $(params.x)`.
@@ -243,6 +291,36 @@ pub fn compose(
     version: ApiVersion,
     params: &ParamValues<'_>,
 ) -> Composed {
+    compose_with(user, applied, settings, version, params, true)
+}
+
+/// [`compose`] for checks only: the same layout (same steps at the same indexes, same
+/// `onError` and gate conditions), but each helper is only its name (no script).
+pub fn compose_layout(
+    user: Vec<Value>,
+    applied: &[&Policy],
+    settings: &Settings,
+    version: ApiVersion,
+    params: &ParamValues<'_>,
+) -> Composed {
+    compose_with(user, applied, settings, version, params, false)
+}
+
+fn compose_with(
+    user: Vec<Value>,
+    applied: &[&Policy],
+    settings: &Settings,
+    version: ApiVersion,
+    params: &ParamValues<'_>,
+    helper_scripts: bool,
+) -> Composed {
+    let helper = |name: &str, spec: &Helper| {
+        if helper_scripts {
+            helper_step(settings, name, spec)
+        } else {
+            json!({ "name": name })
+        }
+    };
     let user_count = user.len();
     let mut sequence: Vec<(Value, StepKind)> = Vec::new();
     for (p, policy) in applied.iter().enumerate() {
@@ -271,39 +349,50 @@ pub fn compose(
     let mut steps = Vec::with_capacity(sequence.len() + 2);
     let mut kinds = Vec::with_capacity(sequence.len() + 2);
     let mut helpers = Vec::new();
+    let mut checks = Vec::new();
     let mut continued = Vec::new();
-    let mut must_succeed: Vec<(usize, String)> = Vec::new(); // final index, display name
-    let mut gate: Option<(String, usize)> = None; // current gate and how many steps it checks
+    let mut must_succeed: Vec<Checked> = Vec::new();
+    // The current gate: its index, its name, and how many must-succeed steps it covers.
+    let mut gate: Option<(usize, String, usize)> = None;
     for (position, (mut step, kind)) in sequence.into_iter().enumerate() {
         if let Some(last) = last_always {
             if !is_always(kind) && !must_succeed.is_empty() {
-                if gate.as_ref().is_none_or(|(_, n)| *n != must_succeed.len()) {
+                if gate
+                    .as_ref()
+                    .is_none_or(|(_, _, n)| *n != must_succeed.len())
+                {
                     let name = settings.gate_name(helpers.len() + 1);
-                    // Each gate checks the previous gate's verdict and only the must-succeed
+                    // Each gate checks the previous gate's result and only the must-succeed
                     // steps since, so gates stay small however many steps there are.
                     let (previous, since) = match &gate {
-                        Some((prev, checked)) => (Some(prev.as_str()), &must_succeed[*checked..]),
+                        Some((index, prev, covered)) => {
+                            (Some((*index, prev.clone())), &must_succeed[*covered..])
+                        }
                         None => (None, &must_succeed[..]),
                     };
-                    steps.push(gate_step(settings, &name, previous, since));
+                    let spec = Helper::Gate {
+                        previous,
+                        checks: since.to_vec(),
+                    };
+                    steps.push(helper(&name, &spec));
                     kinds.push(StepKind::Gate);
                     helpers.push(name.clone());
-                    gate = Some((name, must_succeed.len()));
+                    checks.push(spec);
+                    gate = Some((steps.len() - 1, name, must_succeed.len()));
                 }
-                let (gate_name, _) = gate.as_ref().expect("a gate was just set");
+                let (_, gate_name, _) = gate.as_ref().expect("a gate was just set");
                 append_when(&mut step, &gate_input(gate_name));
             }
             if position < last && effective_on_error(&step, params) != "continue" {
                 set_on_error_continue(&mut step);
                 let index = steps.len();
-                let display = match kind {
-                    StepKind::User(u) => {
-                        continued.push(user_step_key(&step, u));
-                        tekton::container_name(&step, index)
-                    }
-                    _ => tekton::container_name(&step, index),
-                };
-                must_succeed.push((index, display));
+                if let StepKind::User(u) = kind {
+                    continued.push(user_step_key(&step, u));
+                }
+                must_succeed.push(Checked {
+                    index,
+                    container: tekton::container_name(&step, index),
+                });
             }
         }
         steps.push(step);
@@ -311,9 +400,13 @@ pub fn compose(
     }
     if !must_succeed.is_empty() {
         let name = settings.verdict_name();
-        steps.push(verdict_step(settings, &name, &must_succeed));
+        let spec = Helper::Verdict {
+            checks: must_succeed,
+        };
+        steps.push(helper(&name, &spec));
         kinds.push(StepKind::Verdict);
         helpers.push(name);
+        checks.push(spec);
     }
 
     // Re-index references in user steps: original ordinal -> final index.
@@ -335,6 +428,7 @@ pub fn compose(
         steps,
         kinds,
         helpers,
+        checks,
         continued,
     }
 }
@@ -368,52 +462,110 @@ fn append_when(step: &mut Value, input: &str) {
     }
 }
 
-fn checks(must_succeed: &[(usize, String)]) -> String {
-    must_succeed
-        .iter()
-        .map(|(i, name)| format!("{i}:{name}"))
-        .collect::<Vec<_>>()
-        .join(" ")
+// Helper steps are `/bin/sh -c <script>` (never `script`, which a stepTemplate `command` would
+// break), as short as they can be: every byte is stored in etcd with each TaskRun, sent to and
+// from the API server and parsed again by every webhook. They read Tekton's per-step
+// directories `/tekton/steps/<index>` and `/tekton/steps/step-<name>` (links to
+// `/tekton/run/<index>/status`): `exitCode` (written without a newline, `0` for a skipped step)
+// and a step result `results/ok`.
+//
+// A gate writes `true` to its result `ok` when the previous gate's result and the exit codes of
+// the must-succeed steps since read, one after the other, `true0…0` — each `$(cat …)` on its
+// own, so a trailing newline could never join two files — and `false` otherwise (a missing
+// file reads empty: false). Reading the previous gate is what keeps a step skipped by its `when`
+// (exit code 0) from counting as a success. The verdict names every must-succeed step that did
+// not exit 0 and exits 1 if any did not.
+
+/// A helper step as bookend writes it.
+pub fn helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
+    match spec {
+        Helper::Gate { previous, checks } => {
+            let mut read = String::new();
+            let mut want = String::new();
+            if let Some((index, _)) = previous {
+                read.push_str(&format!("$(cat {index}/results/ok)"));
+                want.push_str("true");
+            }
+            for c in checks {
+                read.push_str(&format!("$(cat {}/exitCode)", c.index));
+                want.push('0');
+            }
+            let script = format!(
+                "cd /tekton/steps;[ \"{read}\" = {want} ]&&r=true||r=false;printf $r>$(step.results.ok.path)"
+            );
+            shell_step(settings, name, script, Some(json!([{"name": "ok"}])))
+        }
+        Helper::Verdict { checks } => {
+            let list = checks
+                .iter()
+                .map(|c| {
+                    // The directory by name, which the message shows; by index should a name
+                    // ever not be a plain DNS label (Tekton refuses such names anyway).
+                    if is_shell_word(&c.container) {
+                        c.container.clone()
+                    } else {
+                        c.index.to_string()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(" ");
+            let script = format!(
+                "cd /tekton/steps;r=0;for s in {list};do c=$(cat $s/exitCode);[ \"$c\" = 0 ]||{{ echo \"bookend: $s failed (exit code ${{c:-none}})\";r=1;}};done;exit $r"
+            );
+            shell_step(settings, name, script, None)
+        }
+    }
 }
 
-// Helper steps use command/args, never script: a stepTemplate `command` would make a script
-// step invalid. Exit codes are read by index through Tekton's /tekton/steps/<i> symlinks; a
-// missing file means the step did not run or failed. A gate reads the previous gate's result
-// (written as `true`/`false` without a newline) from its step directory.
-fn gate_step(
-    settings: &Settings,
-    name: &str,
-    previous: Option<&str>,
-    must_succeed: &[(usize, String)],
-) -> Value {
-    let previous_check = previous
-        .map(|p| {
-            format!(
-                "[ \"$(cat /tekton/steps/step-{p}/results/ok 2>/dev/null)\" = true ] || ok=false; "
+/// A helper step as releases up to 0.1.0 wrote it (per-step loops, full paths, `type: string`):
+/// recognised as bookend's own, never written.
+pub fn legacy_helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
+    let list = |checks: &[Checked]| {
+        checks
+            .iter()
+            .map(|c| format!("{}:{}", c.index, c.container))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    match spec {
+        Helper::Gate { previous, checks } => {
+            let previous_check = previous
+                .as_ref()
+                .map(|(_, p)| {
+                    format!(
+                        "[ \"$(cat /tekton/steps/step-{p}/results/ok 2>/dev/null)\" = true ] || ok=false; "
+                    )
+                })
+                .unwrap_or_default();
+            let script = format!(
+                "ok=true; {previous_check}for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); [ \"$c\" = 0 ] || ok=false; done; printf %s \"$ok\" > $(step.results.ok.path)",
+                list(checks)
+            );
+            shell_step(
+                settings,
+                name,
+                script,
+                Some(json!([{"name": "ok", "type": "string"}])),
             )
-        })
-        .unwrap_or_default();
-    let script = format!(
-        "ok=true; {previous_check}for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); [ \"$c\" = 0 ] || ok=false; done; printf %s \"$ok\" > $(step.results.ok.path)",
-        checks(must_succeed)
-    );
-    helper_step(
-        settings,
-        name,
-        script,
-        Some(json!([{"name": "ok", "type": "string"}])),
-    )
+        }
+        Helper::Verdict { checks } => {
+            let script = format!(
+                "rc=0; for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); if [ \"$c\" != 0 ]; then echo \"bookend: ${{s#*:}} failed (exit code ${{c:-none}})\"; rc=1; fi; done; exit $rc",
+                list(checks)
+            );
+            shell_step(settings, name, script, None)
+        }
+    }
 }
 
-fn verdict_step(settings: &Settings, name: &str, must_succeed: &[(usize, String)]) -> Value {
-    let script = format!(
-        "rc=0; for s in {}; do c=$(cat /tekton/steps/${{s%%:*}}/exitCode 2>/dev/null); if [ \"$c\" != 0 ]; then echo \"bookend: ${{s#*:}} failed (exit code ${{c:-none}})\"; rc=1; fi; done; exit $rc",
-        checks(must_succeed)
-    );
-    helper_step(settings, name, script, None)
+/// Only characters a shell takes literally, unquoted.
+fn is_shell_word(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
 }
 
-fn helper_step(settings: &Settings, name: &str, script: String, results: Option<Value>) -> Value {
+fn shell_step(settings: &Settings, name: &str, script: String, results: Option<Value>) -> Value {
     let mut step = Map::new();
     step.insert("name".into(), json!(name));
     step.insert("image".into(), json!(settings.helper_image));

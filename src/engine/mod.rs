@@ -3,6 +3,7 @@
 
 mod admitted;
 mod audit;
+use admitted::Shape;
 mod canonical;
 pub mod check;
 pub mod inject;
@@ -28,7 +29,7 @@ pub use lookup::{
     Catalog, FEATURE_FLAGS_CONFIG_MAP, Lookup, disable_inline_spec, refuses_inline_task_spec,
 };
 pub use plan::Context;
-use plan::plan;
+use plan::{plan, would_deny};
 pub use resolved::decide_resolved_task;
 
 /// A policy "no", with the message the user sees (it names the field and the fix).
@@ -231,11 +232,19 @@ pub fn decide_patch(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) 
     decide_with(request, set, lookup, Keep::PatchOnly)
 }
 
-/// Whether a mutated decision carries the admitted object or only the patch.
+/// [`decide_patch`] for the validating backstop, which only asks whether anything is left to
+/// change: Audit policies are not evaluated (their warnings go with the mutating answer).
+pub fn decide_backstop(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Decision {
+    decide_with(request, set, lookup, Keep::Backstop)
+}
+
+/// Whether a mutated decision carries the admitted object or only the patch, and whether Audit
+/// policies are evaluated.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Keep {
     Object,
     PatchOnly,
+    Backstop,
 }
 
 fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep: Keep) -> Decision {
@@ -264,17 +273,17 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
         Ok(p) => p,
     };
 
-    if !audit.is_empty() {
+    if !audit.is_empty() && keep != Keep::Backstop {
         let all: Vec<&Policy> = {
             let mut v: Vec<&Policy> = enforce.iter().chain(&audit).copied().collect();
             v.sort_by_key(|p| set.policies().iter().position(|q| q.id == p.id));
             v
         };
-        let would = plan(&view, request.namespace, &all, set, lookup);
+        let would = would_deny(&view, request.namespace, &all, &enforce, set, lookup);
         for policy in &audit {
-            let msg = match &would.outcome {
-                Err(denial) => format!("bookend audit: {} would deny: {denial}", policy.id),
-                Ok(_) => format!(
+            let msg = match &would {
+                Some(denial) => format!("bookend audit: {} would deny: {denial}", policy.id),
+                None => format!(
                     "bookend audit: {} would inject {}",
                     policy.id,
                     policy.step_names().collect::<Vec<_>>().join(", ")
@@ -297,7 +306,14 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
     };
     let (ops, new_object) = match keep {
         Keep::Object => admitted.into_patch_and_object(request.object),
-        Keep::PatchOnly => (admitted.into_patch(request.object), Value::Null),
+        Keep::PatchOnly => (
+            admitted.into_patch(request.object, Shape::Fewest),
+            Value::Null,
+        ),
+        Keep::Backstop => (
+            admitted.into_patch(request.object, Shape::Minimal),
+            Value::Null,
+        ),
     };
     if ops.is_empty() {
         return decision;

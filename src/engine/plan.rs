@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use serde_json::{Map, Value};
 
 use super::admitted::{Admitted, Injection, set_metadata_entry};
-use super::canonical::canonical;
+use super::canonical::equivalent;
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
@@ -74,6 +74,93 @@ pub(super) fn plan(
         TaskSource::CustomTask { .. } | TaskSource::Missing => Ok(None),
     };
     Plan { outcome, warnings }
+}
+
+/// The Audit question: would the TaskRun be denied were the policies `all` (the enforced ones
+/// and the Audit ones, in evaluation order) all enforced? Asked only once [`plan`] admitted
+/// the TaskRun under the `enforced` ones. For an inline spec this makes the checks [`plan`]
+/// makes, in the same order and with the same messages, without building what would be
+/// admitted: the composition gets stand-ins for the user steps (name and `onError`, all the
+/// checks and the Always layout read of them) and helpers without scripts, so the user steps
+/// are neither copied nor re-indexed; no record, kept forms or patch are made; and the step
+/// rules are applied to the steps the enforced policies do not bring. Other task sources take
+/// the full [`plan`].
+pub(super) fn would_deny(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    all: &[&Policy],
+    enforced: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+) -> Option<Denial> {
+    if !matches!(view.task_source(), TaskSource::Inline) {
+        return plan(view, namespace, all, set, lookup).outcome.err();
+    }
+    let task_spec = view.task_spec().filter(|t| t.is_object())?;
+    let steps = view.steps();
+    let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let settings = set.settings();
+    let touches_prefix = steps
+        .iter()
+        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str())));
+    if all.is_empty() && !touches_prefix && record.is_none() {
+        return None;
+    }
+    let stand_in = |step: &Value| {
+        let mut m = Map::new();
+        for key in ["name", "onError"] {
+            if let Some(v) = step.get(key) {
+                m.insert(key.to_owned(), v.clone());
+            }
+        }
+        Value::Object(m)
+    };
+    let user: Vec<Value> = if touches_prefix || record.is_some() {
+        match inject::strip(steps, set, record.as_ref(), view.api_version) {
+            Ok(stripped) => stripped.user.iter().map(stand_in).collect(),
+            Err(denial) => return Some(denial),
+        }
+    } else {
+        steps.iter().map(stand_in).collect()
+    };
+    if user.is_empty() {
+        return None;
+    }
+    let empty = Vec::new();
+    let run_params = view
+        .spec()
+        .and_then(|s| s.get("params"))
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let spec_params = task_spec
+        .get("params")
+        .and_then(Value::as_array)
+        .unwrap_or(&empty);
+    let composed = inject::compose_layout(
+        user,
+        all,
+        settings,
+        view.api_version,
+        &ParamValues {
+            run_params,
+            spec_params,
+        },
+    );
+    if let Err(denial) = merge_volumes(task_spec.get("volumes"), all, set, record.as_ref()) {
+        return Some(denial);
+    }
+    // The enforced policies' steps passed the step rules in this TaskRun already (else the
+    // TaskRun was denied before this question), so only the others' are checked again.
+    check::check_steps_of(
+        task_spec,
+        &composed.steps,
+        &composed.kinds,
+        all,
+        &|p: &Policy| !enforced.iter().any(|e| std::ptr::eq(*e, p)),
+        run_params,
+        &Context { namespace, lookup },
+    )
+    .err()
 }
 
 fn ids(policies: &[&Policy]) -> String {
@@ -246,19 +333,30 @@ pub(super) fn inject_into(
     let mut final_steps = composed.steps;
     // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
     // have re-serialised them), so a second pass yields no patch. Looked up by name through a
-    // map (the first step of each name): long TaskRuns have hundreds of steps and gates.
+    // map (the first step of each name): long TaskRuns have hundreds of steps and gates. A
+    // helper in the form an earlier release wrote is kept too: it checks the same steps, and
+    // an upgrade must not refuse what an older replica injected.
     let existing_by_name: HashMap<&str, &Value> = steps
         .iter()
         .rev()
         .filter_map(|s| Some((tekton::step_name(s)?, s)))
         .collect();
+    let mut helper_checks = composed.checks.iter();
     for (step, kind) in final_steps.iter_mut().zip(&composed.kinds) {
-        if matches!(kind, StepKind::User(_)) {
+        let helper = match kind {
+            StepKind::User(_) => continue,
+            StepKind::Gate | StepKind::Verdict => helper_checks.next(),
+            StepKind::Pre(_) | StepKind::Post(_) => None,
+        };
+        let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n)) else {
             continue;
-        }
-        if let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n))
-            && canonical(existing) == canonical(step)
-        {
+        };
+        let same = equivalent(existing, step)
+            || helper.is_some_and(|spec| {
+                let name = tekton::step_name(step).unwrap_or_default();
+                equivalent(existing, &inject::legacy_helper_step(settings, name, spec))
+            });
+        if same {
             *step = (*existing).clone();
         }
     }
@@ -319,7 +417,7 @@ fn merge_volumes(
             || set.volume_owner(name).is_some_and(|p| {
                 p.volumes
                     .iter()
-                    .any(|pv| pv.get("name") == v.get("name") && canonical(pv) == canonical(v))
+                    .any(|pv| pv.get("name") == v.get("name") && equivalent(pv, v))
             })
     };
     let mut volumes: Vec<Value> = existing.iter().filter(|v| !is_ours(v)).cloned().collect();
@@ -339,7 +437,7 @@ fn merge_volumes(
             }
             let keep = existing
                 .iter()
-                .find(|v| v.get("name") == volume.get("name") && canonical(v) == canonical(volume));
+                .find(|v| v.get("name") == volume.get("name") && equivalent(v, volume));
             volumes.push(keep.cloned().unwrap_or_else(|| volume.clone()));
         }
     }

@@ -1,0 +1,3 @@
+module bookend.invalid/apiserver-bench
+
+go 1.26.4
