@@ -20,6 +20,8 @@
 #   SERVERS    bookend, null and/or nullpatch: the baseline answering with a fixed patch as
 #              large as bookend's answer to the pipeline body, to price the bigger answer
 #              alone [bookend null nullpatch]
+#   BEFORE_BIN another bookend binary (e.g. a build of an earlier commit), measured as server
+#              `before` in every cell beside `bookend` (added to SERVERS): a regression check
 #   NULL_PATCH_BYTES  nullpatch's patch size before base64 [4270: a 5.9 KB answer, as bookend's]
 #   LOADGEN_THREADS  h2load threads [1]
 #   STARTUP_RUNS     startup-to-ready runs per server [20]
@@ -48,6 +50,7 @@ BOOKEND_ARGS=${BOOKEND_ARGS:-}
 BOOKEND_PRELOAD=${BOOKEND_PRELOAD:-}
 SAMPLE=${SAMPLE:-tests/fixtures/admission-review-taskrun-pipeline.json}
 OUT=${OUT:-target/bench-load}
+[[ -n ${BEFORE_BIN:-} ]] && SERVERS="$SERVERS before"
 target=${CARGO_TARGET_DIR:-target}
 BOOKEND=$target/release/bookend
 NULL=$target/release/examples/null_webhook
@@ -64,6 +67,7 @@ mkdir -p "$OUT/raw" "$OUT/certs" "$OUT/bin"
 # Private copies: a concurrent build relinking target/release mid-run cannot mix versions.
 cp -p "$BOOKEND" "$OUT/bin/bookend"
 cp -p "$NULL" "$OUT/bin/null_webhook"
+[[ -n ${BEFORE_BIN:-} ]] && cp -p "$BEFORE_BIN" "$OUT/bin/bookend-before"
 BOOKEND=$OUT/bin/bookend
 NULL=$OUT/bin/null_webhook
 rm -f "$OUT"/raw/*
@@ -91,6 +95,7 @@ trap cleanup EXIT
 port[bookend]=18443 admin[bookend]=18080
 port[null]=19443 admin[null]=19080
 port[nullpatch]=20443 admin[nullpatch]=20080
+port[before]=21443 admin[before]=21080
 tls=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 # Request logs at bookend's default level (info) go to /dev/null: formatted and written,
 # but not kept (a 10 s cell at 10k req/s would be 30 MB of log).
@@ -100,6 +105,14 @@ LD_PRELOAD=$BOOKEND_PRELOAD "$BOOKEND" serve --policies examples/policies "${tls
     $BOOKEND_ARGS 2>/dev/null &
 pid[bookend]=$!
 pids+=($!)
+if [[ -n ${BEFORE_BIN:-} ]]; then
+    # shellcheck disable=SC2086
+    LD_PRELOAD=$BOOKEND_PRELOAD "$OUT/bin/bookend-before" serve --policies examples/policies "${tls[@]}" \
+        --listen 127.0.0.1:${port[before]} --admin-listen 127.0.0.1:${admin[before]} \
+        $BOOKEND_ARGS 2>/dev/null &
+    pid[before]=$!
+    pids+=($!)
+fi
 "$NULL" "${tls[@]}" --listen 127.0.0.1:${port[null]} --admin-listen 127.0.0.1:${admin[null]} \
     2>/dev/null &
 pid[null]=$!
@@ -119,7 +132,7 @@ wait_ready() {
     echo "server on admin port $1 did not become ready" >&2
     exit 1
 }
-for s in bookend null ${pid[nullpatch]:+nullpatch}; do wait_ready "${admin[$s]}"; done
+for s in bookend null ${pid[nullpatch]:+nullpatch} ${pid[before]:+before}; do wait_ready "${admin[$s]}"; done
 sleep 1
 
 status_kb() { awk -v k="$2:" '$1 == k {print $2}' "/proc/$1/status"; }
@@ -137,6 +150,7 @@ hz=$(getconf CLK_TCK)
     echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
     echo "uncommitted src/ changes when this ran: $(git status --short -- src Cargo.toml 2>/dev/null | tr '\n' ' ')"
     echo "binaries built: $(date -u -r "$BOOKEND" +%FT%TZ) (bookend), $(date -u -r "$NULL" +%FT%TZ) (null_webhook)"
+    [[ -n ${BEFORE_BIN:-} ]] && echo "before: $BEFORE_BIN ($("$OUT/bin/bookend-before" --version 2>/dev/null || echo '?'))"
     echo "load before: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "duration: ${DURATION}s (+${WARMUP}s warm-up) per cell; h2load threads: $LOADGEN_THREADS"
     echo "bookend args: ${BOOKEND_ARGS:-(none)}; LD_PRELOAD: ${BOOKEND_PRELOAD:-(none)}"
@@ -310,9 +324,9 @@ for body in dict.fromkeys(r["body"] for r in rows):
             continue
         for name, r in servers.items():
             ratio_rps = ratio_p99 = ratio_patch = ""
-            if name == "bookend" and "nullpatch" in servers and float(servers["nullpatch"]["rps"]):
+            if name in ("bookend", "before") and "nullpatch" in servers and float(servers["nullpatch"]["rps"]):
                 ratio_patch = f"{float(r['rps']) / float(servers['nullpatch']['rps']):.2f}"
-            if name == "bookend" and "null" in servers:
+            if name in ("bookend", "before") and "null" in servers:
                 n = servers["null"]
                 if float(n["rps"]):
                     ratio_rps = f"{float(r['rps']) / float(n['rps']):.2f}"
@@ -322,6 +336,18 @@ for body in dict.fromkeys(r["body"] for r in rows):
                 f"| {proto} | {c} | {rate or 'max'} | {name} | {r['rps']} | {ms(r['p50_us'])} | {ms(r['p99_us'])} | "
                 f"{ms(r['p999_us'])} | {r['non2xx']} / {r['transport_errors']} | {r['cpu_pct']} | {r['loadgen_cpu_pct']} | {r['others_cpu_pct']} | "
                 f"{r['cpu_us_per_req']} | {int(r['peak_rss_kib']) / 1024:.1f} | {ratio_rps} | {ratio_p99} | {ratio_patch} |")
+if any("before" in servers for servers in cells.values()):
+    lines.append("\n### bookend ÷ before (the same cell, side by side)\n")
+    lines.append("| body | proto | conns | offered req/s | req/s ratio | p50 ratio | p99 ratio | CPU µs/req ratio |")
+    lines.append("|---|---|---:|---:|---:|---:|---:|---:|")
+    def q(a, b):
+        return f"{float(a) / float(b):.2f}" if float(b) else ""
+    for (b, proto, c, rate), servers in cells.items():
+        if "before" in servers and "bookend" in servers:
+            n, o = servers["bookend"], servers["before"]
+            lines.append(f"| {b} | {proto} | {c} | {rate or 'max'} | {q(n['rps'], o['rps'])} | "
+                         f"{q(n['p50_us'], o['p50_us'])} | {q(n['p99_us'], o['p99_us'])} | "
+                         f"{q(n['cpu_us_per_req'], o['cpu_us_per_req'])} |")
 open(f"{out}/results.md", "w").write("\n".join(lines).lstrip() + "\n")
 EOF
 cat "$OUT/env.txt" "$OUT/idle.txt" "$OUT/startup.txt" "$OUT/results.md"

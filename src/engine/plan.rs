@@ -126,26 +126,8 @@ pub(super) fn would_deny(
     if user.is_empty() {
         return None;
     }
-    let empty = Vec::new();
-    let run_params = view
-        .spec()
-        .and_then(|s| s.get("params"))
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let spec_params = task_spec
-        .get("params")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let composed = inject::compose_layout(
-        user,
-        all,
-        settings,
-        view.api_version,
-        &ParamValues {
-            run_params,
-            spec_params,
-        },
-    );
+    let params = params_of(view, task_spec);
+    let composed = inject::compose_layout(user, all, settings, view.api_version, &params);
     if let Err(denial) = merge_volumes(task_spec.get("volumes"), all, set, record.as_ref()) {
         return Some(denial);
     }
@@ -157,10 +139,25 @@ pub(super) fn would_deny(
         &composed.kinds,
         all,
         &|p: &Policy| !enforced.iter().any(|e| std::ptr::eq(*e, p)),
-        run_params,
+        params.run_params,
         &Context { namespace, lookup },
     )
     .err()
+}
+
+/// The values a user step's `onError: $(params.x)` may name: the TaskRun's params, then the
+/// Task's defaults.
+fn params_of<'a>(view: &TaskRunView<'a>, task_spec: &'a Value) -> ParamValues<'a> {
+    let params = |holder: Option<&'a Value>| {
+        holder
+            .and_then(|h| h.get("params"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice)
+    };
+    ParamValues {
+        run_params: params(view.spec()),
+        spec_params: params(Some(task_spec)),
+    }
 }
 
 fn ids(policies: &[&Policy]) -> String {
@@ -310,26 +307,8 @@ pub(super) fn inject_into(
         return Ok(None);
     }
 
-    let empty = Vec::new();
-    let run_params = view
-        .spec()
-        .and_then(|s| s.get("params"))
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let spec_params = task_spec
-        .get("params")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let composed = inject::compose(
-        stripped.user,
-        applied,
-        settings,
-        version,
-        &ParamValues {
-            run_params,
-            spec_params,
-        },
-    );
+    let params = params_of(&view, task_spec);
+    let composed = inject::compose(stripped.user, applied, settings, version, &params);
     let mut final_steps = composed.steps;
     // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
     // have re-serialised them), so a second pass yields no patch. Looked up by name through a
@@ -367,7 +346,7 @@ pub(super) fn inject_into(
         &final_steps,
         &composed.kinds,
         applied,
-        run_params,
+        params.run_params,
         context,
     )?;
     // Only the taskSpec members bookend sets: the others (params, workspaces, results, ...)
