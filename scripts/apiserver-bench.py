@@ -159,7 +159,11 @@ def cmd_kyverno(out_path, credentials_path, sbom_path):
     for step in sbom["postSteps"]:
         patches.append({"op": "add", "path": "/spec/taskSpec/steps/-", "value": step})
     patches.append({"op": "add", "path": "/spec/taskSpec/volumes", "value": creds["volumes"]})
-    import_yaml = json.dumps(patches)  # YAML accepts JSON
+    # Kyverno reads `$(...)` as a reference to another field of the resource and refuses the
+    # policy ("variable substitution failed") on Tekton's own `$(context.taskRun.name)`. Its
+    # escape, `\$(`, is not valid inside the JSON (or YAML double-quoted) patch text, so the
+    # dollar is written as the JSON escape \u0024, which Kyverno's pattern does not see.
+    import_yaml = json.dumps(patches).replace("$(", "\\u0024(")  # YAML accepts JSON
     policy = {
         "apiVersion": "kyverno.io/v1",
         "kind": "ClusterPolicy",

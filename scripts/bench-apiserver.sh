@@ -45,7 +45,7 @@
 #   RATES     open-loop CREATEs per second [100 300; q none]
 #   SETUPS    [none null nullpatch bookend bookend-10k map posts; q none null bookend]
 #   BEFORE_BIN  another bookend binary, measured as set-up `before` (added to SETUPS)
-#   KYVERNO=1   add the `kyverno` set-up (first run builds Kyverno: ~10 min and ~2 GB of modules)
+#   KYVERNO=1   add the `kyverno` set-up (first run builds Kyverno: ~18 min and ~2 GB of modules)
 #   STEPS     grow the TaskRun to this many user steps (its own two, repeated) []
 #   OUT       output directory [target/bench-apiserver]
 #   BUILD=1   rebuild bookend and the null webhook even if built
@@ -127,7 +127,7 @@ cp -p "$target/release/examples/null_webhook" "$OUT/bin/null_webhook"
 [[ -n ${BEFORE_BIN:-} ]] && cp -p "$BEFORE_BIN" "$OUT/bin/bookend-before"
 BOOKEND=$OUT/bin/bookend
 
-rm -rf "$OUT/logs" "$OUT/files" "$OUT/report" "$OUT/results.jsonl"
+rm -rf "$OUT/logs" "$OUT/files" "$OUT/report" "$OUT/results.jsonl" "$OUT/kyverno-restarts.txt"
 mkdir -p "$OUT/logs" "$OUT/files"
 F=$OUT/files
 
