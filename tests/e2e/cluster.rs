@@ -15,10 +15,9 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,6 +25,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::kube::{
+    Clock, Cluster, Out, cluster_policy, free_port, names, poll, run, tail, terminate,
+};
 use crate::tools::tools;
 
 const TEAM_A: &str = "team-a";
@@ -38,223 +40,12 @@ fn bookend_bin() -> PathBuf {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Timing
+// The cluster, as the scenarios drive it
 
-struct Clock {
-    start: Instant,
-    phase: Instant,
-    phases: Vec<(String, Duration)>,
-}
-
-impl Clock {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            phase: Instant::now(),
-            phases: Vec::new(),
-        }
-    }
-
-    fn done(&mut self, name: &str) {
-        let took = self.phase.elapsed();
-        println!(
-            "[e2e {:>6.1}s] phase {name}: {:.1}s",
-            self.start.elapsed().as_secs_f64(),
-            took.as_secs_f64()
-        );
-        self.phases.push((name.to_owned(), took));
-        self.phase = Instant::now();
-    }
-}
-
-/// Calls `attempt` until it returns `Ok`, at most `timeout`; panics with the last error.
-fn poll<T>(what: &str, timeout: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match attempt() {
-            Ok(value) => return value,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Processes
-
-/// The result of a command.
-#[derive(Debug)]
-struct Out {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn ok(&self) -> bool {
-        self.status.success()
-    }
-
-    #[track_caller]
-    fn expect_ok(self, what: &str) -> Self {
-        assert!(
-            self.ok(),
-            "{what} failed ({}):\nstdout: {}\nstderr: {}",
-            self.status,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    /// stdout as JSON; the error (for `poll`) shows what kubectl printed instead.
-    fn try_json(&self) -> Result<Value, String> {
-        serde_json::from_str(&self.stdout)
-            .map_err(|e| format!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        match self.try_json() {
-            Ok(value) => value,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// `Ok` when the command succeeded, else its stderr (for `poll`).
-    fn succeeded(&self) -> Result<(), String> {
-        if self.ok() {
-            Ok(())
-        } else {
-            Err(self.stderr.clone())
-        }
-    }
-
-    /// `Warning:` lines kubectl printed (the admission warnings).
-    fn warnings(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter_map(|l| l.strip_prefix("Warning: "))
-            .collect()
-    }
-}
-
-fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        pipe.write_all(input).expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("wait for command");
-    Out {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// kubectl against the test cluster. A plain value, unlike `Cluster` (whose drop stops the
-/// cluster), so that the rotation scenario's load thread can own a copy.
-#[derive(Clone)]
-struct Kubectl {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl Kubectl {
-    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        run(cmd, stdin)
-    }
-
-    /// `kubectl <verb...> -o json -f <file>`.
-    fn with_file(&self, verb: &[&str], file: &Path) -> Out {
-        let file = file.display().to_string();
-        let mut args = verb.to_vec();
-        args.extend(["-o", "json", "-f", &file]);
-        self.run(&args, None)
-    }
-}
-
-/// etcd + kube-apiserver from start-cluster.sh; stop-cluster.sh on drop (a no-op when nothing
-/// was started).
-struct Cluster {
-    dir: PathBuf,
-    client: Kubectl,
-}
-
+/// The e2e suite's kubectl calls: most return kubectl's result, for the scenarios to assert on.
 impl Cluster {
-    fn start(dir: PathBuf) -> Self {
-        // The guard exists before anything runs, so a failure below still stops what started.
-        let mut cluster = Self {
-            client: Kubectl {
-                bin: tools().path("kubectl"),
-                kubeconfig: dir.join("kubeconfig"),
-            },
-            dir,
-        };
-        // start-cluster.sh stops what it started when it fails. It can fail spuriously: its
-        // `kubectl wait --for=condition=Established` errors out (".status.conditions accessor
-        // error") when it looks at a CRD before the apiserver has written any condition. So
-        // up to three attempts.
-        let mut attempt = 1;
-        let out = loop {
-            let mut cmd = Command::new("bash");
-            cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
-                .arg(&cluster.dir)
-                .env("E2E_BIN_DIR", &tools().bin);
-            let out = run(cmd, None);
-            if out.ok() || attempt == 3 {
-                break out.expect_ok("tests/e2e/start-cluster.sh");
-            }
-            println!(
-                "start-cluster.sh failed (attempt {attempt}), retrying: {}",
-                out.stderr.lines().next().unwrap_or("")
-            );
-            attempt += 1;
-        };
-        let vars: HashMap<&str, &str> = out
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .collect();
-        cluster.client.kubeconfig =
-            PathBuf::from(vars.get("KUBECONFIG").expect("KUBECONFIG printed"));
-        println!("{}", out.stderr.trim());
-        cluster
-    }
-
     fn kubectl(&self, args: &[&str]) -> Out {
-        self.kubectl_in(args, None)
-    }
-
-    fn kubectl_in(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
-        self.client.run(args, stdin)
+        self.kubectl.run(args, None)
     }
 
     /// `kubectl get <args...> -o json`, which must succeed.
@@ -264,11 +55,8 @@ impl Cluster {
         self.kubectl(&args).expect_ok(what).json()
     }
 
-    /// `kubectl <verb...> -o json -f -` with `object` on stdin.
     fn with_object(&self, verb: &[&str], object: &Value) -> Out {
-        let mut args = verb.to_vec();
-        args.extend(["-o", "json", "-f", "-"]);
-        self.kubectl_in(&args, Some(object.to_string().as_bytes()))
+        self.kubectl.with_object(verb, object)
     }
 
     fn dry_run(&self, object: &Value) -> Out {
@@ -307,22 +95,6 @@ impl Cluster {
                 Err(format!("steps {steps:?}"))
             }
         })
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.dir.join("kube-apiserver.log");
-            eprintln!("--- kube-apiserver log (tail)\n{}", tail(&log, 20));
-        }
-        let mut cmd = Command::new("bash");
-        cmd.arg(crate::root().join("tests/e2e/stop-cluster.sh"))
-            .arg(&self.dir);
-        let out = run(cmd, None);
-        if !out.ok() {
-            eprintln!("stop-cluster.sh: {} {}", out.stdout, out.stderr);
-        }
     }
 }
 
@@ -457,21 +229,7 @@ impl Drop for Bookend {
 impl Bookend {
     /// SIGTERM, then SIGKILL after 10 s; a no-op once it has exited.
     fn stop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            eprintln!("bookend serve did not stop on SIGTERM; killing");
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        terminate(&mut self.child, "bookend serve", Duration::from_secs(10));
     }
 }
 
@@ -587,15 +345,7 @@ fn step_names(object: &Value) -> Vec<String> {
 
 /// Step names of a Task spec (or a TaskRun's taskSpec).
 fn step_names_of(spec: &Value) -> Vec<String> {
-    spec["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    names(&spec["steps"])
 }
 
 fn includes(steps: &[String], name: &str) -> bool {
@@ -629,15 +379,6 @@ fn taskrun(namespace: &str, generate_name: &str, step: &str) -> Value {
     })
 }
 
-fn cluster_policy(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "bookend.dev/v1alpha1",
-        "kind": "ClusterStepPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
-
 fn busybox_step(name: &str) -> Value {
     json!({
         "name": name,
@@ -665,7 +406,7 @@ fn render(file: &Path) -> Value {
 fn create_example(cluster: &Cluster, verb: &[&str], name: &str) -> (Out, Value) {
     let file = example(&format!("examples/taskruns/{name}"));
     let what = format!("kubectl {} {name}", verb.join(" "));
-    let out = cluster.client.with_file(verb, &file).expect_ok(&what);
+    let out = cluster.kubectl.with_file(verb, &file).expect_ok(&what);
     let object = out.json();
     let offline = render(&file);
     // The step names first: a short message when only the steps differ.
@@ -689,7 +430,7 @@ fn helm(cluster: &Cluster, args: &[&str]) -> Out {
     let mut cmd = Command::new(tools().path("helm"));
     cmd.args(args)
         .arg("--kubeconfig")
-        .arg(&cluster.client.kubeconfig)
+        .arg(&cluster.kubectl.kubeconfig)
         .current_dir(crate::root());
     run(cmd, None)
 }
@@ -786,29 +527,10 @@ fn check_installed_webhooks(cluster: &Cluster, port: u16, ca_b64: &str) {
 /// A kubeconfig for `bookend serve` that authenticates as the chart's ServiceAccount (a token
 /// from the TokenRequest API), so the chart's RBAC is what bookend gets.
 fn service_account_kubeconfig(cluster: &Cluster, path: &Path) -> PathBuf {
-    let token = poll(
-        "a token for the chart's ServiceAccount",
-        Duration::from_secs(30),
-        || {
-            let out = cluster.kubectl(&[
-                "create",
-                "token",
-                RELEASE,
-                "--namespace",
-                RELEASE_NAMESPACE,
-                "--duration=2h",
-            ]);
-            out.succeeded().map(|()| out.stdout.trim().to_owned())
-        },
-    );
-    let mut config = cluster
-        .kubectl(&["config", "view", "--raw", "-o", "json"])
-        .expect_ok("kubectl config view")
-        .json();
-    config["users"] = json!([{"name": "bookend-sa", "user": {"token": token}}]);
-    config["contexts"][0]["context"]["user"] = json!("bookend-sa");
-    std::fs::write(path, config.to_string()).expect("write the ServiceAccount's kubeconfig");
-    path.to_owned()
+    cluster
+        .kubectl
+        .as_service_account(RELEASE_NAMESPACE, RELEASE, path)
+        .kubeconfig
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -2074,7 +1796,7 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let file = example("examples/taskruns/build.yaml");
     let calls = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let kubectl = ctx.cluster.client.clone();
+    let kubectl = ctx.cluster.kubectl.clone();
     // Stops the loop also when an assertion below panics (the scenario is caught and the
     // next one runs on the same cluster).
     struct StopOnDrop(Arc<AtomicBool>);
@@ -2722,7 +2444,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
 
 #[test]
 fn real_apiserver_calls_bookend() {
-    let mut clock = Clock::new();
+    let mut clock = Clock::new("e2e");
     tools();
     clock.done("tools (build-tools.sh)");
 
@@ -2887,34 +2609,14 @@ fn real_apiserver_calls_bookend() {
     ];
     let mut summary = Vec::new();
     for (name, scenario) in scenarios {
-        let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut ctx)));
-        let took = started.elapsed().as_secs_f64();
-        let line = match &result {
-            Ok(detail) => format!("PASS {name} ({took:.1}s): {detail}"),
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                format!("FAIL {name} ({took:.1}s): {msg}")
-            }
-        };
-        println!("[e2e] {line}");
-        summary.push((result.is_ok(), line));
-        clock.done(name);
+        summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 
     println!("\n=== e2e against kube-apiserver: summary ===");
     for (_, line) in &summary {
         println!("{line}");
     }
-    println!("phases:");
-    for (name, took) in &clock.phases {
-        println!("  {:>6.1}s  {name}", took.as_secs_f64());
-    }
-    println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
+    clock.print_phases();
     let failed = summary.iter().filter(|(ok, _)| !ok).count();
     if failed > 0 {
         println!("--- bookend log (tail)\n{}", tail(&ctx.bookend.log, 40));

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::poll;
+use crate::kube::{cluster_policy, poll};
 use crate::node::BUSYBOX;
 use crate::runs::{
     Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, condition,
@@ -34,26 +34,17 @@ pub const NAMESPACES: [&str; 8] = [
 const PREFAIL_LABEL: &str = "bookend.test/prefail";
 const SUCCEEDED: (&str, &str, &str) = ("True", "Succeeded", "All Steps have completed executing");
 
-fn policy(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "bookend.dev/v1alpha1",
-        "kind": "ClusterStepPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
-
 /// The test policies (ClusterStepPolicy objects).
 pub fn policies() -> Vec<Value> {
     vec![
         // Scenario 1: two OnSuccess policies; 10 is outer, 20 inner (docs/policy.md, "Order").
-        policy(
+        cluster_policy(
             "rt-outer",
             json!({"priority": 10, "match": {"namespaces": [ORDER]},
                    "preSteps": [step("bookend-outer-pre", "")],
                    "postSteps": [step("bookend-outer-post", &format!("cat {TRACE}"))]}),
         ),
-        policy(
+        cluster_policy(
             "rt-inner",
             json!({"priority": 20, "match": {"namespaces": [ORDER]},
                    "preSteps": [step("bookend-inner-pre", "")],
@@ -61,18 +52,18 @@ pub fn policies() -> Vec<Value> {
         ),
         // Scenario 2: an Always policy around an OnSuccess one, and a failing pre-step for
         // TaskRuns labelled to want it.
-        policy(
+        cluster_policy(
             "rt-always",
             json!({"priority": 10, "postStepsRun": "Always", "match": {"namespaces": [ALWAYS]},
                    "preSteps": [step("bookend-setup", "")],
                    "postSteps": [step("bookend-report", &format!("cat {TRACE}"))]}),
         ),
-        policy(
+        cluster_policy(
             "rt-notify",
             json!({"priority": 20, "match": {"namespaces": [ALWAYS]},
                    "postSteps": [step("bookend-notify", "")]}),
         ),
-        policy(
+        cluster_policy(
             "rt-prefail",
             json!({"priority": 5,
                    "match": {"namespaces": [ALWAYS],
@@ -80,32 +71,32 @@ pub fn policies() -> Vec<Value> {
                    "preSteps": [step("bookend-prefail", "exit 7")]}),
         ),
         // Scenario 4: a pre-step that is a StepAction reference.
-        policy(
+        cluster_policy(
             "rt-stepaction",
             json!({"match": {"namespaces": [STEPACTION]},
                    "preSteps": [{"name": "bookend-via-action", "ref": {"name": "rt-append"},
                                  "params": [{"name": "word", "value": "pre"}]}]}),
         ),
         // Scenario 6: a pre-step with computeResources (`resources` in a v1beta1 TaskRun).
-        policy(
+        cluster_policy(
             "rt-v1beta1",
             json!({"match": {"namespaces": [V1BETA1]},
                    "preSteps": [with(step("bookend-b1-pre", ""),
                                      json!({"computeResources": {"requests": {"cpu": "10m"}}}))]}),
         ),
         // Scenario 7: only TaskRuns a PipelineRun creates; and a policy that refuses taskRef.
-        policy(
+        cluster_policy(
             "rt-pipeline",
             json!({"match": {"namespaces": [PIPELINE], "origin": "Pipeline"},
                    "preSteps": [step("bookend-pipeline-pre", "")]}),
         ),
-        policy(
+        cluster_policy(
             "rt-deny",
             json!({"match": {"namespaces": [DENY]}, "taskRef": "Deny",
                    "preSteps": [step("bookend-deny-pre", "")]}),
         ),
         // Scenario 8: a pre-step that seeds the TaskRun's workspace.
-        policy(
+        cluster_policy(
             "rt-seed",
             json!({"match": {"namespaces": [WORKSPACE]},
                    "preSteps": [step("bookend-seed",
