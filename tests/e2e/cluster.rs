@@ -462,6 +462,24 @@ fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str) -> Out {
     )
 }
 
+/// `helm upgrade bookend charts/bookend --reuse-values` and `extra` (`--set`s): the release as
+/// installed, with the chart's templates applied again.
+fn helm_upgrade(cluster: &Cluster, extra: &[&str]) -> Out {
+    let args = [
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+        ],
+        extra,
+    ]
+    .concat();
+    helm(cluster, &args)
+}
+
 /// Checks that the webhook configurations the chart installed are deploy/base/webhooks.yaml
 /// (the chart rendered for kustomize) in everything but clientConfig, which must call
 /// `https://127.0.0.1:<port><the Service path>` with `ca_b64`.
@@ -857,18 +875,7 @@ fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
             .ok_or(out.stderr)
     });
     assert!(!events.is_empty());
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade restores the validating webhooks");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade restores the validating webhooks");
     ctx.cluster
         .kubectl(&["delete", "steppolicy", "-n", TEAM_A, "aaa-team"])
         .expect_ok("delete the clashing StepPolicy");
@@ -1457,18 +1464,8 @@ fn scenario_policy_status(ctx: &mut Ctx) -> String {
 
     // Back to normal, then an edit: the loser renames its step and becomes Ready; the
     // condition follows the new generation.
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade restores the ValidatingWebhookConfiguration");
+    helm_upgrade(&ctx.cluster, &[])
+        .expect_ok("helm upgrade restores the ValidatingWebhookConfiguration");
     clash["spec"]["preSteps"] = json!([busybox_step("bookend-e2e-renamed")]);
     let applied = poll(
         "the fixed policy through the restored webhook",
@@ -1616,20 +1613,8 @@ fn scenario_policy_reports(ctx: &mut Ctx) -> String {
         "no PolicyReport CRD yet"
     );
     // The chart installs it on request; bookend finds it without a restart.
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "policyReports.installCRD=true",
-        ],
-    )
-    .expect_ok("helm upgrade --set policyReports.installCRD=true");
+    helm_upgrade(&ctx.cluster, &["--set", "policyReports.installCRD=true"])
+        .expect_ok("helm upgrade --set policyReports.installCRD=true");
     poll(
         "the PolicyReport CRD in discovery",
         Duration::from_secs(60),
@@ -1864,20 +1849,8 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let ca_pem = std::fs::read(ctx.certs.ca()).expect("ca.crt");
     let doubled =
         base64::engine::general_purpose::STANDARD.encode([&ca_pem[..], &ca_pem[..]].concat());
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-            "--set",
-            &format!("tls.caBundle={doubled}"),
-        ],
-    )
-    .expect_ok("helm upgrade: re-register the webhooks with a new caBundle");
+    helm_upgrade(&ctx.cluster, &["--set", &format!("tls.caBundle={doubled}")])
+        .expect_ok("helm upgrade: re-register the webhooks with a new caBundle");
     let new_peer = poll(
         "the apiserver to open a new connection to bookend",
         Duration::from_secs(30),
@@ -2012,18 +1985,7 @@ fn scenario_helm_upgrade_restores(ctx: &mut Ctx) -> String {
             .ok(),
         "the previous scenario deleted it"
     );
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade --reuse-values");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade --reuse-values");
     let probe = taskrun(TEAM_A, "restored-", "work");
     let out = ctx
         .cluster
@@ -2272,14 +2234,6 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     // generates a CA and a serving certificate for the Service's names and, as webhook.url is
     // set, 127.0.0.1. bookend serves the Secret's files; the API server must trust them.
     let port = free_port();
-    let upgrade = [
-        "upgrade",
-        RELEASE,
-        "charts/bookend",
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--reuse-values",
-    ];
     helm(
         &ctx.cluster,
         &[
@@ -2337,7 +2291,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     ctx.keep("dry-run with the chart's certificate", &out.json());
 
     // An upgrade keeps everything: the same certificate, the same bundle.
-    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade");
     assert_eq!(tls_secret(&ctx.cluster), [crt.clone(), key, ca.clone()]);
     assert_eq!(ca_bundles(&ctx.cluster), bundles, "caBundle unchanged");
 
@@ -2352,7 +2306,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
             RELEASE_NAMESPACE,
         ])
         .expect_ok("delete the serving Secret");
-    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade renews");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade renews");
     let [crt2, key2, ca2] = tls_secret(&ctx.cluster);
     assert_ne!(crt2, crt, "a new serving certificate");
     assert_eq!(ca2, ca, "the same CA");
@@ -2386,9 +2340,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     // Renewal by date: an upgrade within renewBeforeDays of the expiry (here: a window longer
     // than the validity) issues a new serving certificate, same CA.
     let window = |v: &str| {
-        let mut args = upgrade.to_vec();
-        args.extend(["--set", v]);
-        helm(&ctx.cluster, &args).expect_ok(&format!("helm upgrade --set {v}"))
+        helm_upgrade(&ctx.cluster, &["--set", v]).expect_ok(&format!("helm upgrade --set {v}"))
     };
     window("tls.renewBeforeDays=400");
     let [crt3, _, ca3] = tls_secret(&ctx.cluster);
