@@ -568,6 +568,16 @@ impl Ctx {
     fn keep(&mut self, label: &str, object: &Value) {
         self.returned.push((label.to_owned(), object.clone()));
     }
+
+    /// Dry-runs `object` until its steps include `step`; returns the TaskRun, kept under `label`.
+    fn poll_injected(&mut self, what: &str, object: &Value, step: &str, label: &str) -> Value {
+        let out = self
+            .cluster
+            .poll_steps(what, object, |steps| includes(steps, step));
+        let object = out.json();
+        self.keep(label, &object);
+        object
+    }
 }
 
 fn scenario_dry_run(ctx: &mut Ctx) -> String {
@@ -756,13 +766,12 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
     });
     ctx.cluster.apply(&policy).expect_ok("apply a StepPolicy");
     let in_b = taskrun(TEAM_B, "sp-", "work");
-    let out = ctx
-        .cluster
-        .poll_steps("the StepPolicy to take effect", &in_b, |steps| {
-            includes(steps, "bookend-e2e-team-b")
-        });
-    let object = out.json();
-    ctx.keep("dry-run with a StepPolicy", &object);
+    let object = ctx.poll_injected(
+        "the StepPolicy to take effect",
+        &in_b,
+        "bookend-e2e-team-b",
+        "dry-run with a StepPolicy",
+    );
     // Its status too (a namespaced status write).
     poll("the StepPolicy's status", Duration::from_secs(30), || {
         let p = ctx.cluster.get_json(
@@ -892,13 +901,12 @@ fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
     ctx.cluster
         .apply(&wrap)
         .expect_ok("apply a low-priority StepPolicy");
-    let out = ctx
-        .cluster
-        .poll_steps("the StepPolicy to take effect", &run, |steps| {
-            includes(steps, "bookend-e2e-team-pre")
-        });
-    let object = out.json();
-    ctx.keep("org steps outside team steps", &object);
+    let object = ctx.poll_injected(
+        "the StepPolicy to take effect",
+        &run,
+        "bookend-e2e-team-pre",
+        "org steps outside team steps",
+    );
     let order: Vec<String> = step_names(&object)
         .into_iter()
         .filter(|s| !s.starts_with("bookend-gate-") && s != "bookend-verdict")
@@ -1987,13 +1995,12 @@ fn scenario_helm_upgrade_restores(ctx: &mut Ctx) -> String {
     );
     helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade --reuse-values");
     let probe = taskrun(TEAM_A, "restored-", "work");
-    let out = ctx
-        .cluster
-        .poll_steps("the re-created mutating webhook", &probe, |steps| {
-            includes(steps, "bookend-credentials")
-        });
-    let object = out.json();
-    ctx.keep("dry-run after helm upgrade restored the webhook", &object);
+    let object = ctx.poll_injected(
+        "the re-created mutating webhook",
+        &probe,
+        "bookend-credentials",
+        "dry-run after helm upgrade restored the webhook",
+    );
     format!("re-created; steps {:?}", step_names(&object))
 }
 
@@ -2283,12 +2290,12 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     );
     ctx.bookend.wait_ready(Duration::from_secs(60));
     let probe = taskrun(TEAM_A, "generated-", "work");
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "the API server to trust the chart's certificate",
         &probe,
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the chart's certificate",
     );
-    ctx.keep("dry-run with the chart's certificate", &out.json());
 
     // An upgrade keeps everything: the same certificate, the same bundle.
     helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade");
@@ -2330,12 +2337,12 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
             }
         },
     );
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "admission with the renewed certificate",
         &taskrun(TEAM_A, "renewed-", "work"),
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the renewed certificate",
     );
-    ctx.keep("dry-run with the renewed certificate", &out.json());
 
     // Renewal by date: an upgrade within renewBeforeDays of the expiry (here: a window longer
     // than the validity) issues a new serving certificate, same CA.
@@ -2374,12 +2381,12 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
         Duration::from_secs(30),
         || ctx.bookend.served_serial(&dir.join("ca4.crt")).map(|_| ()),
     );
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "admission with the re-issued CA in caBundle",
         &taskrun(TEAM_A, "new-ca-", "work"),
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the re-issued CA",
     );
-    ctx.keep("dry-run with the re-issued CA", &out.json());
     helm(
         &ctx.cluster,
         &["uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE],
