@@ -274,42 +274,43 @@ pub fn scenario_always(ctx: &mut Ctx) -> String {
     let (_, plain_reason, _) = plain.condition();
     let mut checks = Checks::default();
 
-    // A user step fails: later user steps and the OnSuccess post-step are skipped, the Always
-    // post-step runs, and the verdict fails the TaskRun with the reason Tekton gives without
-    // bookend, naming the failed step in its log.
-    let user_step_fails = |fail: &Finished| {
+    // The first of two user steps, `failed`, fails with `code`: the second user step and the
+    // OnSuccess post-step are skipped, the Always post-step runs, and the verdict fails the
+    // TaskRun with the reason Tekton gives without bookend, naming the failed step in its log.
+    let user_step_fails = |run: &Finished, failed: &'static str, code: i64, next: &'static str| {
         assert_steps(
             env,
-            fail,
+            run,
             &[
                 ("bookend-setup", "Completed", 0),
                 ("bookend-gate-1", "Completed", 0),
-                ("build", "Continued", 3),
+                (failed, "Continued", code),
                 ("bookend-gate-2", "Completed", 0),
-                ("test", "Skipped", 0),
+                (next, "Skipped", 0),
                 ("bookend-gate-3", "Completed", 0),
                 ("bookend-notify", "Skipped", 0),
                 ("bookend-report", "Completed", 0),
                 ("bookend-verdict", "Error", 1),
             ],
         );
-        assert_trace(env, fail, &["bookend-setup", "build", "bookend-report"]);
-        assert_condition(env, fail, "False", &plain_reason, verdict_failed);
-        assert_eq!(gate_results(fail, 3), ["true", "false", "false"]);
+        assert_trace(env, run, &["bookend-setup", failed, "bookend-report"]);
+        assert_condition(env, run, "False", &plain_reason, verdict_failed);
         assert_eq!(
-            verdict_lines(env, fail),
-            ["bookend: step-build failed (exit code 3)"]
+            verdict_lines(env, run),
+            [format!("bookend: step-{failed} failed (exit code {code})")]
         );
+    };
+    let build_fails = |fail: &Finished| {
+        user_step_fails(fail, "build", 3, "test");
+        assert_eq!(gate_results(fail, 3), ["true", "false", "false"]);
         // The Always post-step saw what ran before it.
         assert_eq!(
             fail.log(env, "bookend-report").lines().collect::<Vec<_>>(),
             ["bookend-setup", "build", "bookend-report"]
         );
     };
-    checks.check("a user step fails", || user_step_fails(fail));
-    checks.check("a user step fails, steps not root", || {
-        user_step_fails(nonroot)
-    });
+    checks.check("a user step fails", || build_fails(fail));
+    checks.check("a user step fails, steps not root", || build_fails(nonroot));
 
     // All pass: every step runs, gates say true, the verdict passes.
     checks.check("all pass", || {
@@ -410,27 +411,7 @@ pub fn scenario_always(ctx: &mut Ctx) -> String {
     });
     // ... and defaulting to stopAndFail: must succeed, so its failure fails the TaskRun.
     checks.check("onError: $(params.mode) defaulting to stopAndFail", || {
-        assert_steps(
-            env,
-            pstop,
-            &[
-                ("bookend-setup", "Completed", 0),
-                ("bookend-gate-1", "Completed", 0),
-                ("flaky", "Continued", 6),
-                ("bookend-gate-2", "Completed", 0),
-                ("build", "Skipped", 0),
-                ("bookend-gate-3", "Completed", 0),
-                ("bookend-notify", "Skipped", 0),
-                ("bookend-report", "Completed", 0),
-                ("bookend-verdict", "Error", 1),
-            ],
-        );
-        assert_trace(env, pstop, &["bookend-setup", "flaky", "bookend-report"]);
-        assert_condition(env, pstop, "False", &plain_reason, verdict_failed);
-        assert_eq!(
-            verdict_lines(env, pstop),
-            ["bookend: step-flaky failed (exit code 6)"]
-        );
+        user_step_fails(pstop, "flaky", 6, "build")
     });
     checks.finish();
 
