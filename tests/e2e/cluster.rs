@@ -15,10 +15,9 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
-use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -26,6 +25,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use base64::Engine as _;
 use serde_json::{Value, json};
 
+use crate::kube::{
+    Clock, Cluster, Out, cluster_policy, free_port, names, poll, run, tail, terminate,
+};
 use crate::tools::tools;
 
 const TEAM_A: &str = "team-a";
@@ -38,223 +40,12 @@ fn bookend_bin() -> PathBuf {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Timing
+// The cluster, as the scenarios drive it
 
-struct Clock {
-    start: Instant,
-    phase: Instant,
-    phases: Vec<(String, Duration)>,
-}
-
-impl Clock {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            phase: Instant::now(),
-            phases: Vec::new(),
-        }
-    }
-
-    fn done(&mut self, name: &str) {
-        let took = self.phase.elapsed();
-        println!(
-            "[e2e {:>6.1}s] phase {name}: {:.1}s",
-            self.start.elapsed().as_secs_f64(),
-            took.as_secs_f64()
-        );
-        self.phases.push((name.to_owned(), took));
-        self.phase = Instant::now();
-    }
-}
-
-/// Calls `attempt` until it returns `Ok`, at most `timeout`; panics with the last error.
-fn poll<T>(what: &str, timeout: Duration, mut attempt: impl FnMut() -> Result<T, String>) -> T {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match attempt() {
-            Ok(value) => return value,
-            Err(last) if Instant::now() >= deadline => {
-                panic!("timed out after {timeout:?} waiting for {what}; last: {last}")
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(200)),
-        }
-    }
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free loopback port")
-        .port()
-}
-
-fn tail(path: &Path, lines: usize) -> String {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    let all: Vec<&str> = text.lines().collect();
-    all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-// ---------------------------------------------------------------------------------------------
-// Processes
-
-/// The result of a command.
-#[derive(Debug)]
-struct Out {
-    status: ExitStatus,
-    stdout: String,
-    stderr: String,
-}
-
-impl Out {
-    fn ok(&self) -> bool {
-        self.status.success()
-    }
-
-    #[track_caller]
-    fn expect_ok(self, what: &str) -> Self {
-        assert!(
-            self.ok(),
-            "{what} failed ({}):\nstdout: {}\nstderr: {}",
-            self.status,
-            self.stdout,
-            self.stderr
-        );
-        self
-    }
-
-    /// stdout as JSON; the error (for `poll`) shows what kubectl printed instead.
-    fn try_json(&self) -> Result<Value, String> {
-        serde_json::from_str(&self.stdout)
-            .map_err(|e| format!("not JSON ({e}): {}\nstderr: {}", self.stdout, self.stderr))
-    }
-
-    #[track_caller]
-    fn json(&self) -> Value {
-        match self.try_json() {
-            Ok(value) => value,
-            Err(e) => panic!("{e}"),
-        }
-    }
-
-    /// `Ok` when the command succeeded, else its stderr (for `poll`).
-    fn succeeded(&self) -> Result<(), String> {
-        if self.ok() {
-            Ok(())
-        } else {
-            Err(self.stderr.clone())
-        }
-    }
-
-    /// `Warning:` lines kubectl printed (the admission warnings).
-    fn warnings(&self) -> Vec<&str> {
-        self.stderr
-            .lines()
-            .filter_map(|l| l.strip_prefix("Warning: "))
-            .collect()
-    }
-}
-
-fn run(mut cmd: Command, stdin: Option<&[u8]>) -> Out {
-    cmd.stdin(if stdin.is_some() {
-        Stdio::piped()
-    } else {
-        Stdio::null()
-    })
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
-    let mut child = cmd
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
-    if let Some(input) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        pipe.write_all(input).expect("write stdin");
-    }
-    let out = child.wait_with_output().expect("wait for command");
-    Out {
-        status: out.status,
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
-}
-
-/// kubectl against the test cluster. A plain value, unlike `Cluster` (whose drop stops the
-/// cluster), so that the rotation scenario's load thread can own a copy.
-#[derive(Clone)]
-struct Kubectl {
-    bin: PathBuf,
-    kubeconfig: PathBuf,
-}
-
-impl Kubectl {
-    fn run(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
-        let mut cmd = Command::new(&self.bin);
-        cmd.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
-        run(cmd, stdin)
-    }
-
-    /// `kubectl <verb...> -o json -f <file>`.
-    fn with_file(&self, verb: &[&str], file: &Path) -> Out {
-        let file = file.display().to_string();
-        let mut args = verb.to_vec();
-        args.extend(["-o", "json", "-f", &file]);
-        self.run(&args, None)
-    }
-}
-
-/// etcd + kube-apiserver from start-cluster.sh; stop-cluster.sh on drop (a no-op when nothing
-/// was started).
-struct Cluster {
-    dir: PathBuf,
-    client: Kubectl,
-}
-
+/// The e2e suite's kubectl calls: most return kubectl's result, for the scenarios to assert on.
 impl Cluster {
-    fn start(dir: PathBuf) -> Self {
-        // The guard exists before anything runs, so a failure below still stops what started.
-        let mut cluster = Self {
-            client: Kubectl {
-                bin: tools().path("kubectl"),
-                kubeconfig: dir.join("kubeconfig"),
-            },
-            dir,
-        };
-        // start-cluster.sh stops what it started when it fails. It can fail spuriously: its
-        // `kubectl wait --for=condition=Established` errors out (".status.conditions accessor
-        // error") when it looks at a CRD before the apiserver has written any condition. So
-        // up to three attempts.
-        let mut attempt = 1;
-        let out = loop {
-            let mut cmd = Command::new("bash");
-            cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
-                .arg(&cluster.dir)
-                .env("E2E_BIN_DIR", &tools().bin);
-            let out = run(cmd, None);
-            if out.ok() || attempt == 3 {
-                break out.expect_ok("tests/e2e/start-cluster.sh");
-            }
-            println!(
-                "start-cluster.sh failed (attempt {attempt}), retrying: {}",
-                out.stderr.lines().next().unwrap_or("")
-            );
-            attempt += 1;
-        };
-        let vars: HashMap<&str, &str> = out
-            .stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .collect();
-        cluster.client.kubeconfig =
-            PathBuf::from(vars.get("KUBECONFIG").expect("KUBECONFIG printed"));
-        println!("{}", out.stderr.trim());
-        cluster
-    }
-
     fn kubectl(&self, args: &[&str]) -> Out {
-        self.kubectl_in(args, None)
-    }
-
-    fn kubectl_in(&self, args: &[&str], stdin: Option<&[u8]>) -> Out {
-        self.client.run(args, stdin)
+        self.kubectl.run(args, None)
     }
 
     /// `kubectl get <args...> -o json`, which must succeed.
@@ -264,11 +55,8 @@ impl Cluster {
         self.kubectl(&args).expect_ok(what).json()
     }
 
-    /// `kubectl <verb...> -o json -f -` with `object` on stdin.
     fn with_object(&self, verb: &[&str], object: &Value) -> Out {
-        let mut args = verb.to_vec();
-        args.extend(["-o", "json", "-f", "-"]);
-        self.kubectl_in(&args, Some(object.to_string().as_bytes()))
+        self.kubectl.with_object(verb, object)
     }
 
     fn dry_run(&self, object: &Value) -> Out {
@@ -307,22 +95,6 @@ impl Cluster {
                 Err(format!("steps {steps:?}"))
             }
         })
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        if std::thread::panicking() {
-            let log = self.dir.join("kube-apiserver.log");
-            eprintln!("--- kube-apiserver log (tail)\n{}", tail(&log, 20));
-        }
-        let mut cmd = Command::new("bash");
-        cmd.arg(crate::root().join("tests/e2e/stop-cluster.sh"))
-            .arg(&self.dir);
-        let out = run(cmd, None);
-        if !out.ok() {
-            eprintln!("stop-cluster.sh: {} {}", out.stdout, out.stderr);
-        }
     }
 }
 
@@ -457,21 +229,7 @@ impl Drop for Bookend {
 impl Bookend {
     /// SIGTERM, then SIGKILL after 10 s; a no-op once it has exited.
     fn stop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let _ = Command::new("kill")
-                .args(["-TERM", &self.child.id().to_string()])
-                .status();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while Instant::now() < deadline {
-                if let Ok(Some(_)) = self.child.try_wait() {
-                    return;
-                }
-                std::thread::sleep(Duration::from_millis(50));
-            }
-            eprintln!("bookend serve did not stop on SIGTERM; killing");
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+        terminate(&mut self.child, "bookend serve", Duration::from_secs(10));
     }
 }
 
@@ -587,15 +345,7 @@ fn step_names(object: &Value) -> Vec<String> {
 
 /// Step names of a Task spec (or a TaskRun's taskSpec).
 fn step_names_of(spec: &Value) -> Vec<String> {
-    spec["steps"]
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
+    names(&spec["steps"])
 }
 
 fn includes(steps: &[String], name: &str) -> bool {
@@ -629,15 +379,6 @@ fn taskrun(namespace: &str, generate_name: &str, step: &str) -> Value {
     })
 }
 
-fn cluster_policy(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "bookend.dev/v1alpha1",
-        "kind": "ClusterStepPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
-
 fn busybox_step(name: &str) -> Value {
     json!({
         "name": name,
@@ -665,7 +406,7 @@ fn render(file: &Path) -> Value {
 fn create_example(cluster: &Cluster, verb: &[&str], name: &str) -> (Out, Value) {
     let file = example(&format!("examples/taskruns/{name}"));
     let what = format!("kubectl {} {name}", verb.join(" "));
-    let out = cluster.client.with_file(verb, &file).expect_ok(&what);
+    let out = cluster.kubectl.with_file(verb, &file).expect_ok(&what);
     let object = out.json();
     let offline = render(&file);
     // The step names first: a short message when only the steps differ.
@@ -689,7 +430,7 @@ fn helm(cluster: &Cluster, args: &[&str]) -> Out {
     let mut cmd = Command::new(tools().path("helm"));
     cmd.args(args)
         .arg("--kubeconfig")
-        .arg(&cluster.client.kubeconfig)
+        .arg(&cluster.kubectl.kubeconfig)
         .current_dir(crate::root());
     run(cmd, None)
 }
@@ -719,6 +460,24 @@ fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str) -> Out {
             &format!("tls.caBundle={ca_b64}"),
         ],
     )
+}
+
+/// `helm upgrade bookend charts/bookend --reuse-values` and `extra` (`--set`s): the release as
+/// installed, with the chart's templates applied again.
+fn helm_upgrade(cluster: &Cluster, extra: &[&str]) -> Out {
+    let args = [
+        &[
+            "upgrade",
+            RELEASE,
+            "charts/bookend",
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--reuse-values",
+        ],
+        extra,
+    ]
+    .concat();
+    helm(cluster, &args)
 }
 
 /// Checks that the webhook configurations the chart installed are deploy/base/webhooks.yaml
@@ -786,29 +545,10 @@ fn check_installed_webhooks(cluster: &Cluster, port: u16, ca_b64: &str) {
 /// A kubeconfig for `bookend serve` that authenticates as the chart's ServiceAccount (a token
 /// from the TokenRequest API), so the chart's RBAC is what bookend gets.
 fn service_account_kubeconfig(cluster: &Cluster, path: &Path) -> PathBuf {
-    let token = poll(
-        "a token for the chart's ServiceAccount",
-        Duration::from_secs(30),
-        || {
-            let out = cluster.kubectl(&[
-                "create",
-                "token",
-                RELEASE,
-                "--namespace",
-                RELEASE_NAMESPACE,
-                "--duration=2h",
-            ]);
-            out.succeeded().map(|()| out.stdout.trim().to_owned())
-        },
-    );
-    let mut config = cluster
-        .kubectl(&["config", "view", "--raw", "-o", "json"])
-        .expect_ok("kubectl config view")
-        .json();
-    config["users"] = json!([{"name": "bookend-sa", "user": {"token": token}}]);
-    config["contexts"][0]["context"]["user"] = json!("bookend-sa");
-    std::fs::write(path, config.to_string()).expect("write the ServiceAccount's kubeconfig");
-    path.to_owned()
+    cluster
+        .kubectl
+        .as_service_account(RELEASE_NAMESPACE, RELEASE, path)
+        .kubeconfig
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -827,6 +567,16 @@ struct Ctx {
 impl Ctx {
     fn keep(&mut self, label: &str, object: &Value) {
         self.returned.push((label.to_owned(), object.clone()));
+    }
+
+    /// Dry-runs `object` until its steps include `step`; returns the TaskRun, kept under `label`.
+    fn poll_injected(&mut self, what: &str, object: &Value, step: &str, label: &str) -> Value {
+        let out = self
+            .cluster
+            .poll_steps(what, object, |steps| includes(steps, step));
+        let object = out.json();
+        self.keep(label, &object);
+        object
     }
 }
 
@@ -1016,13 +766,12 @@ fn scenario_step_policy(ctx: &mut Ctx) -> String {
     });
     ctx.cluster.apply(&policy).expect_ok("apply a StepPolicy");
     let in_b = taskrun(TEAM_B, "sp-", "work");
-    let out = ctx
-        .cluster
-        .poll_steps("the StepPolicy to take effect", &in_b, |steps| {
-            includes(steps, "bookend-e2e-team-b")
-        });
-    let object = out.json();
-    ctx.keep("dry-run with a StepPolicy", &object);
+    let object = ctx.poll_injected(
+        "the StepPolicy to take effect",
+        &in_b,
+        "bookend-e2e-team-b",
+        "dry-run with a StepPolicy",
+    );
     // Its status too (a namespaced status write).
     poll("the StepPolicy's status", Duration::from_secs(30), || {
         let p = ctx.cluster.get_json(
@@ -1135,18 +884,7 @@ fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
             .ok_or(out.stderr)
     });
     assert!(!events.is_empty());
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade restores the validating webhooks");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade restores the validating webhooks");
     ctx.cluster
         .kubectl(&["delete", "steppolicy", "-n", TEAM_A, "aaa-team"])
         .expect_ok("delete the clashing StepPolicy");
@@ -1163,13 +901,12 @@ fn scenario_team_cannot_evict_or_wrap_org(ctx: &mut Ctx) -> String {
     ctx.cluster
         .apply(&wrap)
         .expect_ok("apply a low-priority StepPolicy");
-    let out = ctx
-        .cluster
-        .poll_steps("the StepPolicy to take effect", &run, |steps| {
-            includes(steps, "bookend-e2e-team-pre")
-        });
-    let object = out.json();
-    ctx.keep("org steps outside team steps", &object);
+    let object = ctx.poll_injected(
+        "the StepPolicy to take effect",
+        &run,
+        "bookend-e2e-team-pre",
+        "org steps outside team steps",
+    );
     let order: Vec<String> = step_names(&object)
         .into_iter()
         .filter(|s| !s.starts_with("bookend-gate-") && s != "bookend-verdict")
@@ -1735,18 +1472,8 @@ fn scenario_policy_status(ctx: &mut Ctx) -> String {
 
     // Back to normal, then an edit: the loser renames its step and becomes Ready; the
     // condition follows the new generation.
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade restores the ValidatingWebhookConfiguration");
+    helm_upgrade(&ctx.cluster, &[])
+        .expect_ok("helm upgrade restores the ValidatingWebhookConfiguration");
     clash["spec"]["preSteps"] = json!([busybox_step("bookend-e2e-renamed")]);
     let applied = poll(
         "the fixed policy through the restored webhook",
@@ -1894,20 +1621,8 @@ fn scenario_policy_reports(ctx: &mut Ctx) -> String {
         "no PolicyReport CRD yet"
     );
     // The chart installs it on request; bookend finds it without a restart.
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-            "--set",
-            "policyReports.installCRD=true",
-        ],
-    )
-    .expect_ok("helm upgrade --set policyReports.installCRD=true");
+    helm_upgrade(&ctx.cluster, &["--set", "policyReports.installCRD=true"])
+        .expect_ok("helm upgrade --set policyReports.installCRD=true");
     poll(
         "the PolicyReport CRD in discovery",
         Duration::from_secs(60),
@@ -2074,7 +1789,7 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let file = example("examples/taskruns/build.yaml");
     let calls = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
-    let kubectl = ctx.cluster.client.clone();
+    let kubectl = ctx.cluster.kubectl.clone();
     // Stops the loop also when an assertion below panics (the scenario is caught and the
     // next one runs on the same cluster).
     struct StopOnDrop(Arc<AtomicBool>);
@@ -2142,20 +1857,8 @@ fn scenario_rotation(ctx: &mut Ctx) -> String {
     let ca_pem = std::fs::read(ctx.certs.ca()).expect("ca.crt");
     let doubled =
         base64::engine::general_purpose::STANDARD.encode([&ca_pem[..], &ca_pem[..]].concat());
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-            "--set",
-            &format!("tls.caBundle={doubled}"),
-        ],
-    )
-    .expect_ok("helm upgrade: re-register the webhooks with a new caBundle");
+    helm_upgrade(&ctx.cluster, &["--set", &format!("tls.caBundle={doubled}")])
+        .expect_ok("helm upgrade: re-register the webhooks with a new caBundle");
     let new_peer = poll(
         "the apiserver to open a new connection to bookend",
         Duration::from_secs(30),
@@ -2290,26 +1993,14 @@ fn scenario_helm_upgrade_restores(ctx: &mut Ctx) -> String {
             .ok(),
         "the previous scenario deleted it"
     );
-    helm(
-        &ctx.cluster,
-        &[
-            "upgrade",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--reuse-values",
-        ],
-    )
-    .expect_ok("helm upgrade --reuse-values");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade --reuse-values");
     let probe = taskrun(TEAM_A, "restored-", "work");
-    let out = ctx
-        .cluster
-        .poll_steps("the re-created mutating webhook", &probe, |steps| {
-            includes(steps, "bookend-credentials")
-        });
-    let object = out.json();
-    ctx.keep("dry-run after helm upgrade restored the webhook", &object);
+    let object = ctx.poll_injected(
+        "the re-created mutating webhook",
+        &probe,
+        "bookend-credentials",
+        "dry-run after helm upgrade restored the webhook",
+    );
     format!("re-created; steps {:?}", step_names(&object))
 }
 
@@ -2550,14 +2241,6 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     // generates a CA and a serving certificate for the Service's names and, as webhook.url is
     // set, 127.0.0.1. bookend serves the Secret's files; the API server must trust them.
     let port = free_port();
-    let upgrade = [
-        "upgrade",
-        RELEASE,
-        "charts/bookend",
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--reuse-values",
-    ];
     helm(
         &ctx.cluster,
         &[
@@ -2607,15 +2290,15 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     );
     ctx.bookend.wait_ready(Duration::from_secs(60));
     let probe = taskrun(TEAM_A, "generated-", "work");
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "the API server to trust the chart's certificate",
         &probe,
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the chart's certificate",
     );
-    ctx.keep("dry-run with the chart's certificate", &out.json());
 
     // An upgrade keeps everything: the same certificate, the same bundle.
-    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade");
     assert_eq!(tls_secret(&ctx.cluster), [crt.clone(), key, ca.clone()]);
     assert_eq!(ca_bundles(&ctx.cluster), bundles, "caBundle unchanged");
 
@@ -2630,7 +2313,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
             RELEASE_NAMESPACE,
         ])
         .expect_ok("delete the serving Secret");
-    helm(&ctx.cluster, &upgrade).expect_ok("helm upgrade renews");
+    helm_upgrade(&ctx.cluster, &[]).expect_ok("helm upgrade renews");
     let [crt2, key2, ca2] = tls_secret(&ctx.cluster);
     assert_ne!(crt2, crt, "a new serving certificate");
     assert_eq!(ca2, ca, "the same CA");
@@ -2654,19 +2337,17 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
             }
         },
     );
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "admission with the renewed certificate",
         &taskrun(TEAM_A, "renewed-", "work"),
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the renewed certificate",
     );
-    ctx.keep("dry-run with the renewed certificate", &out.json());
 
     // Renewal by date: an upgrade within renewBeforeDays of the expiry (here: a window longer
     // than the validity) issues a new serving certificate, same CA.
     let window = |v: &str| {
-        let mut args = upgrade.to_vec();
-        args.extend(["--set", v]);
-        helm(&ctx.cluster, &args).expect_ok(&format!("helm upgrade --set {v}"))
+        helm_upgrade(&ctx.cluster, &["--set", v]).expect_ok(&format!("helm upgrade --set {v}"))
     };
     window("tls.renewBeforeDays=400");
     let [crt3, _, ca3] = tls_secret(&ctx.cluster);
@@ -2700,12 +2381,12 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
         Duration::from_secs(30),
         || ctx.bookend.served_serial(&dir.join("ca4.crt")).map(|_| ()),
     );
-    let out = ctx.cluster.poll_steps(
+    ctx.poll_injected(
         "admission with the re-issued CA in caBundle",
         &taskrun(TEAM_A, "new-ca-", "work"),
-        |steps| includes(steps, "bookend-credentials"),
+        "bookend-credentials",
+        "dry-run with the re-issued CA",
     );
-    ctx.keep("dry-run with the re-issued CA", &out.json());
     helm(
         &ctx.cluster,
         &["uninstall", RELEASE, "--namespace", RELEASE_NAMESPACE],
@@ -2722,7 +2403,7 @@ fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
 
 #[test]
 fn real_apiserver_calls_bookend() {
-    let mut clock = Clock::new();
+    let mut clock = Clock::new("e2e");
     tools();
     clock.done("tools (build-tools.sh)");
 
@@ -2887,34 +2568,14 @@ fn real_apiserver_calls_bookend() {
     ];
     let mut summary = Vec::new();
     for (name, scenario) in scenarios {
-        let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut ctx)));
-        let took = started.elapsed().as_secs_f64();
-        let line = match &result {
-            Ok(detail) => format!("PASS {name} ({took:.1}s): {detail}"),
-            Err(panic) => {
-                let msg = panic
-                    .downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default();
-                format!("FAIL {name} ({took:.1}s): {msg}")
-            }
-        };
-        println!("[e2e] {line}");
-        summary.push((result.is_ok(), line));
-        clock.done(name);
+        summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 
     println!("\n=== e2e against kube-apiserver: summary ===");
     for (_, line) in &summary {
         println!("{line}");
     }
-    println!("phases:");
-    for (name, took) in &clock.phases {
-        println!("  {:>6.1}s  {name}", took.as_secs_f64());
-    }
-    println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
+    clock.print_phases();
     let failed = summary.iter().filter(|(ok, _)| !ok).count();
     if failed > 0 {
         println!("--- bookend log (tail)\n{}", tail(&ctx.bookend.log, 40));

@@ -3,10 +3,12 @@
 //! Go modules (see docs/testing.md).
 
 mod cluster;
+mod kube;
 mod tekton;
 mod tools;
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -16,3 +18,6 @@ pub fn root() -> PathBuf {
 pub fn tekton_fixtures() -> PathBuf {
     root().join("tests/fixtures/tekton")
 }
+
+/// Pause between the attempts of `kube::poll`.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

@@ -12,10 +12,12 @@
 //! (`apt-get install runc busybox-static`); `BOOKEND_SKIP_RUNTIME=1` skips it loudly.
 //! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes). See docs/testing.md.
 
+#[path = "../e2e/kube.rs"]
+mod kube;
 #[path = "../e2e/tools.rs"]
 mod tools;
 
-mod harness;
+mod daemon;
 mod node;
 mod prereqs;
 mod remote;
@@ -26,12 +28,13 @@ mod timing;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::harness::{Cluster, Daemon, free_port, poll, run, tail};
+use crate::daemon::Daemon;
+use crate::kube::{Clock, Cluster, Kubectl, free_port, poll, run, tail};
 use crate::runs::Env;
 use crate::scenarios::Ctx;
 use crate::tools::tools;
@@ -40,35 +43,12 @@ pub fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// Pause between the attempts of `kube::poll`; shorter than the e2e suite's, as the injection
+/// cost table (timing.rs) learns through it when a run finished.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(100);
+
 fn bookend_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_bookend"))
-}
-
-struct Clock {
-    start: Instant,
-    phase: Instant,
-    phases: Vec<(String, Duration)>,
-}
-
-impl Clock {
-    fn new() -> Self {
-        Self {
-            start: Instant::now(),
-            phase: Instant::now(),
-            phases: Vec::new(),
-        }
-    }
-
-    fn done(&mut self, name: &str) {
-        let took = self.phase.elapsed();
-        println!(
-            "[runtime {:>6.1}s] {name}: {:.1}s",
-            self.start.elapsed().as_secs_f64(),
-            took.as_secs_f64()
-        );
-        self.phases.push((name.to_owned(), took));
-        self.phase = Instant::now();
-    }
 }
 
 fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
@@ -85,7 +65,7 @@ fn yaml_files(dir: &std::path::Path) -> Vec<PathBuf> {
 /// nothing scrapes them and the default would claim a fixed port), ServiceAccounts and RBAC, and
 /// its remote resolvers' namespace, RBAC and config maps (as shipped, except that the cluster
 /// resolver may only read the catalog namespace of the remote scenarios).
-fn install_tekton(kubectl: &harness::Kubectl) {
+fn install_tekton(kubectl: &Kubectl) {
     let runtime = tools().bin.join("runtime");
     let mut args = vec!["create".to_owned()];
     for file in yaml_files(&runtime.join("crds")) {
@@ -194,7 +174,7 @@ fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
 /// webhook configurations pointed at it (returned as registered).
 fn start_bookend(
     work: &std::path::Path,
-    kubectl: &harness::Kubectl,
+    kubectl: &Kubectl,
     certs: &std::path::Path,
 ) -> (Daemon, Vec<Value>) {
     let mut crds = Command::new(bookend_bin());
@@ -258,7 +238,7 @@ fn injected_taskruns_run() {
         return;
     };
     let _lock = prereqs::machine_lock();
-    let mut clock = Clock::new();
+    let mut clock = Clock::new("runtime");
     tools();
     clock.done("tools (build-tools.sh)");
 
@@ -399,19 +379,7 @@ fn injected_taskruns_run() {
         ] {
             daemon.check_alive();
         }
-        let started = Instant::now();
-        let result = catch_unwind(AssertUnwindSafe(|| scenario(&mut ctx)));
-        let took = started.elapsed().as_secs_f64();
-        let line = match &result {
-            Ok(detail) => format!("PASS {name} ({took:.1}s): {detail}"),
-            Err(panic) => format!(
-                "FAIL {name} ({took:.1}s): {}",
-                runs::panic_message(panic.as_ref())
-            ),
-        };
-        println!("[runtime] {line}");
-        summary.push((result.is_ok(), line));
-        clock.done(name);
+        summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 
     let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
@@ -429,11 +397,8 @@ fn injected_taskruns_run() {
         Ok(table) => println!("\n{table}"),
         Err(_) => println!("\ninjection cost: the measurement failed (see above)"),
     }
-    println!("\nphases:");
-    for (name, took) in &clock.phases {
-        println!("  {:>6.1}s  {name}", took.as_secs_f64());
-    }
-    println!("  {:>6.1}s  total", clock.start.elapsed().as_secs_f64());
+    println!();
+    clock.print_phases();
     let failed = summary.iter().filter(|(ok, _)| !ok).count() + usize::from(measured.is_err());
     if failed > 0 {
         for daemon in [&bookend, &controller, &resolvers, &kubelet, &conversion] {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::harness::{Daemon, Kubectl, free_port, poll};
+use crate::daemon::Daemon;
+use crate::kube::{Kubectl, free_port, poll};
 use crate::prereqs::Host;
 use crate::tools::tools;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::poll;
+use crate::kube::{cluster_policy, names, poll};
 use crate::node::CONTROLLER_SA;
 use crate::runs::{
     Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, step,
@@ -24,27 +24,18 @@ const TASK: &str = "rt-remote-build";
 const LABEL: &str = "bookend.test/remote";
 const DRY_RUN_ENTRY: &str = "tasks-dryrun.mutate.bookend.dev";
 
-fn policy(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "bookend.dev/v1alpha1",
-        "kind": "ClusterStepPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
-
 /// `rt-remote` has only namespace-level criteria, so the dry-run path injects it;
 /// `rt-remote-labelled` also selects TaskRuns by label, which a dry-run Task does not carry, so
 /// it cannot apply to a remote Task (nor does the Pod backstop require its step).
 pub fn policies() -> Vec<Value> {
     vec![
-        policy(
+        cluster_policy(
             "rt-remote",
             json!({"match": {"namespaces": [REMOTE]},
                    "preSteps": [step("bookend-remote-pre", "")],
                    "postSteps": [step("bookend-remote-post", &format!("cat {TRACE}"))]}),
         ),
-        policy(
+        cluster_policy(
             "rt-remote-labelled",
             json!({"match": {"namespaces": [REMOTE],
                              "selector": {"matchLabels": {LABEL: "true"}}},
@@ -78,18 +69,6 @@ fn remote_taskrun(name: &str) -> Value {
     })
 }
 
-fn step_names(steps: &Value) -> Vec<String> {
-    steps
-        .as_array()
-        .map(|steps| {
-            steps
-                .iter()
-                .map(|s| s["name"].as_str().unwrap_or("").to_owned())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// The steps the API server returns for a dry-run Task CREATE as Tekton's controller (kubectl
 /// impersonates its user): what the controller will run. Only to learn what the API server
 /// does at the moment; the scenarios' runs are the controller's own requests.
@@ -101,7 +80,7 @@ fn controller_dry_run(env: &Env) -> Result<Vec<String>, String> {
     let out = env
         .kubectl
         .with_object(&["create", "--dry-run=server", &user], &probe);
-    Ok(step_names(&out.try_json()?["spec"]["steps"]))
+    Ok(names(&out.try_json()?["spec"]["steps"]))
 }
 
 /// The catalog's Task with rt-remote's steps around it: what the dry-run returns and runs.
@@ -167,7 +146,7 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
     });
     checks.check("the steps are in status.taskSpec, and only there", || {
         assert_eq!(
-            step_names(&run.object["status"]["taskSpec"]["steps"]),
+            names(&run.object["status"]["taskSpec"]["steps"]),
             INJECTED,
             "the Task Tekton ran (the dry-run's result)"
         );
@@ -178,12 +157,12 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
             .get(&["task", "-n", CATALOG, TASK])
             .expect("get the catalog's Task");
         assert_eq!(
-            step_names(&stored["spec"]["steps"]),
+            names(&stored["spec"]["steps"]),
             ["remote-build", "remote-test"],
             "the catalog's Task is unchanged"
         );
         let pod = run.pod(env);
-        let containers: Vec<String> = step_names(&pod["spec"]["containers"]);
+        let containers: Vec<String> = names(&pod["spec"]["containers"]);
         assert_eq!(
             containers,
             INJECTED.map(|n| format!("step-{n}")),
@@ -318,12 +297,12 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
         // has a state: none ran.
         let unmutated = ["remote-build", "remote-test"];
         assert_eq!(
-            step_names(&run.object["status"]["taskSpec"]["steps"]),
+            names(&run.object["status"]["taskSpec"]["steps"]),
             unmutated,
             "status.taskSpec"
         );
         let states = &run.object["status"]["steps"];
-        assert_eq!(step_names(states), unmutated, "status.steps: {states}");
+        assert_eq!(names(states), unmutated, "status.steps: {states}");
         for state in states.as_array().into_iter().flatten() {
             for key in ["terminated", "running", "waiting"] {
                 assert!(state.get(key).is_none(), "a step state: {state}");

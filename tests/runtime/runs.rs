@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-use crate::harness::{Kubectl, poll};
+use crate::kube::{Kubectl, panic_message, poll};
 use crate::node::BUSYBOX;
 
 /// How long a run may take before the suite gives up on it (a hang guard, not an assertion).
@@ -320,12 +320,4 @@ impl Checks {
             self.failures.join("\n")
         );
     }
-}
-
-pub fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    panic
-        .downcast_ref::<String>()
-        .cloned()
-        .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-        .unwrap_or_default()
 }

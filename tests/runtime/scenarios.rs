@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::harness::poll;
+use crate::kube::{cluster_policy, poll};
 use crate::node::BUSYBOX;
 use crate::runs::{
     Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, condition,
@@ -34,26 +34,17 @@ pub const NAMESPACES: [&str; 8] = [
 const PREFAIL_LABEL: &str = "bookend.test/prefail";
 const SUCCEEDED: (&str, &str, &str) = ("True", "Succeeded", "All Steps have completed executing");
 
-fn policy(name: &str, spec: Value) -> Value {
-    json!({
-        "apiVersion": "bookend.dev/v1alpha1",
-        "kind": "ClusterStepPolicy",
-        "metadata": {"name": name},
-        "spec": spec,
-    })
-}
-
 /// The test policies (ClusterStepPolicy objects).
 pub fn policies() -> Vec<Value> {
     vec![
         // Scenario 1: two OnSuccess policies; 10 is outer, 20 inner (docs/policy.md, "Order").
-        policy(
+        cluster_policy(
             "rt-outer",
             json!({"priority": 10, "match": {"namespaces": [ORDER]},
                    "preSteps": [step("bookend-outer-pre", "")],
                    "postSteps": [step("bookend-outer-post", &format!("cat {TRACE}"))]}),
         ),
-        policy(
+        cluster_policy(
             "rt-inner",
             json!({"priority": 20, "match": {"namespaces": [ORDER]},
                    "preSteps": [step("bookend-inner-pre", "")],
@@ -61,18 +52,18 @@ pub fn policies() -> Vec<Value> {
         ),
         // Scenario 2: an Always policy around an OnSuccess one, and a failing pre-step for
         // TaskRuns labelled to want it.
-        policy(
+        cluster_policy(
             "rt-always",
             json!({"priority": 10, "postStepsRun": "Always", "match": {"namespaces": [ALWAYS]},
                    "preSteps": [step("bookend-setup", "")],
                    "postSteps": [step("bookend-report", &format!("cat {TRACE}"))]}),
         ),
-        policy(
+        cluster_policy(
             "rt-notify",
             json!({"priority": 20, "match": {"namespaces": [ALWAYS]},
                    "postSteps": [step("bookend-notify", "")]}),
         ),
-        policy(
+        cluster_policy(
             "rt-prefail",
             json!({"priority": 5,
                    "match": {"namespaces": [ALWAYS],
@@ -80,32 +71,32 @@ pub fn policies() -> Vec<Value> {
                    "preSteps": [step("bookend-prefail", "exit 7")]}),
         ),
         // Scenario 4: a pre-step that is a StepAction reference.
-        policy(
+        cluster_policy(
             "rt-stepaction",
             json!({"match": {"namespaces": [STEPACTION]},
                    "preSteps": [{"name": "bookend-via-action", "ref": {"name": "rt-append"},
                                  "params": [{"name": "word", "value": "pre"}]}]}),
         ),
         // Scenario 6: a pre-step with computeResources (`resources` in a v1beta1 TaskRun).
-        policy(
+        cluster_policy(
             "rt-v1beta1",
             json!({"match": {"namespaces": [V1BETA1]},
                    "preSteps": [with(step("bookend-b1-pre", ""),
                                      json!({"computeResources": {"requests": {"cpu": "10m"}}}))]}),
         ),
         // Scenario 7: only TaskRuns a PipelineRun creates; and a policy that refuses taskRef.
-        policy(
+        cluster_policy(
             "rt-pipeline",
             json!({"match": {"namespaces": [PIPELINE], "origin": "Pipeline"},
                    "preSteps": [step("bookend-pipeline-pre", "")]}),
         ),
-        policy(
+        cluster_policy(
             "rt-deny",
             json!({"match": {"namespaces": [DENY]}, "taskRef": "Deny",
                    "preSteps": [step("bookend-deny-pre", "")]}),
         ),
         // Scenario 8: a pre-step that seeds the TaskRun's workspace.
-        policy(
+        cluster_policy(
             "rt-seed",
             json!({"match": {"namespaces": [WORKSPACE]},
                    "preSteps": [step("bookend-seed",
@@ -283,42 +274,43 @@ pub fn scenario_always(ctx: &mut Ctx) -> String {
     let (_, plain_reason, _) = plain.condition();
     let mut checks = Checks::default();
 
-    // A user step fails: later user steps and the OnSuccess post-step are skipped, the Always
-    // post-step runs, and the verdict fails the TaskRun with the reason Tekton gives without
-    // bookend, naming the failed step in its log.
-    let user_step_fails = |fail: &Finished| {
+    // The first of two user steps, `failed`, fails with `code`: the second user step and the
+    // OnSuccess post-step are skipped, the Always post-step runs, and the verdict fails the
+    // TaskRun with the reason Tekton gives without bookend, naming the failed step in its log.
+    let user_step_fails = |run: &Finished, failed: &'static str, code: i64, next: &'static str| {
         assert_steps(
             env,
-            fail,
+            run,
             &[
                 ("bookend-setup", "Completed", 0),
                 ("bookend-gate-1", "Completed", 0),
-                ("build", "Continued", 3),
+                (failed, "Continued", code),
                 ("bookend-gate-2", "Completed", 0),
-                ("test", "Skipped", 0),
+                (next, "Skipped", 0),
                 ("bookend-gate-3", "Completed", 0),
                 ("bookend-notify", "Skipped", 0),
                 ("bookend-report", "Completed", 0),
                 ("bookend-verdict", "Error", 1),
             ],
         );
-        assert_trace(env, fail, &["bookend-setup", "build", "bookend-report"]);
-        assert_condition(env, fail, "False", &plain_reason, verdict_failed);
-        assert_eq!(gate_results(fail, 3), ["true", "false", "false"]);
+        assert_trace(env, run, &["bookend-setup", failed, "bookend-report"]);
+        assert_condition(env, run, "False", &plain_reason, verdict_failed);
         assert_eq!(
-            verdict_lines(env, fail),
-            ["bookend: step-build failed (exit code 3)"]
+            verdict_lines(env, run),
+            [format!("bookend: step-{failed} failed (exit code {code})")]
         );
+    };
+    let build_fails = |fail: &Finished| {
+        user_step_fails(fail, "build", 3, "test");
+        assert_eq!(gate_results(fail, 3), ["true", "false", "false"]);
         // The Always post-step saw what ran before it.
         assert_eq!(
             fail.log(env, "bookend-report").lines().collect::<Vec<_>>(),
             ["bookend-setup", "build", "bookend-report"]
         );
     };
-    checks.check("a user step fails", || user_step_fails(fail));
-    checks.check("a user step fails, steps not root", || {
-        user_step_fails(nonroot)
-    });
+    checks.check("a user step fails", || build_fails(fail));
+    checks.check("a user step fails, steps not root", || build_fails(nonroot));
 
     // All pass: every step runs, gates say true, the verdict passes.
     checks.check("all pass", || {
@@ -419,27 +411,7 @@ pub fn scenario_always(ctx: &mut Ctx) -> String {
     });
     // ... and defaulting to stopAndFail: must succeed, so its failure fails the TaskRun.
     checks.check("onError: $(params.mode) defaulting to stopAndFail", || {
-        assert_steps(
-            env,
-            pstop,
-            &[
-                ("bookend-setup", "Completed", 0),
-                ("bookend-gate-1", "Completed", 0),
-                ("flaky", "Continued", 6),
-                ("bookend-gate-2", "Completed", 0),
-                ("build", "Skipped", 0),
-                ("bookend-gate-3", "Completed", 0),
-                ("bookend-notify", "Skipped", 0),
-                ("bookend-report", "Completed", 0),
-                ("bookend-verdict", "Error", 1),
-            ],
-        );
-        assert_trace(env, pstop, &["bookend-setup", "flaky", "bookend-report"]);
-        assert_condition(env, pstop, "False", &plain_reason, verdict_failed);
-        assert_eq!(
-            verdict_lines(env, pstop),
-            ["bookend: step-flaky failed (exit code 6)"]
-        );
+        user_step_fails(pstop, "flaky", 6, "build")
     });
     checks.finish();
 
