@@ -47,7 +47,7 @@ kyverno_build() {
 
 kyverno_start() {
     kyverno_build
-    local moddir
+    local moddir port
     moddir=$(go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
         | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
     K create -f "$moddir/config/crds" -R >/dev/null
@@ -58,8 +58,34 @@ kyverno_start() {
         --from-literal=webhooks='{"namespaceSelector":{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system","kyverno"]}]}}' \
         >/dev/null
     K -n kyverno create configmap kyverno-metrics >/dev/null
-    KYVERNO_PORT=${KYVERNO_PORT:-$(free_port)}
-    kyverno_run
+    # --serverIP is only the address written into the webhook configurations; the server
+    # listens on --webhookServerPort (default 9443), so both name the port.
+    port=${KYVERNO_PORT:-$(free_port)}
+    KYVERNO_NAMESPACE=kyverno KYVERNO_SERVICEACCOUNT_NAME=kyverno-admission-controller \
+        KYVERNO_DEPLOYMENT=dummy KYVERNO_POD_NAME=dummy INIT_CONFIG=kyverno METRICS_CONFIG=kyverno-metrics \
+        "$KYVERNO_DIR/kyverno" --kubeconfig "$KUBECONFIG" --serverIP="127.0.0.1:$port" \
+        --webhookServerPort="$port" \
+        --caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca \
+        --tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair \
+        --backgroundServiceAccountName=system:serviceaccount:kyverno:kyverno-background-controller \
+        --reportsServiceAccountName=system:serviceaccount:kyverno:kyverno-reports-controller \
+        --omitEvents=PolicyApplied,PolicySkipped --controllerRuntimeMetricsAddress=0 \
+        </dev/null >"$OUT/logs/kyverno.log" 2>&1 &
+    PID[kyverno]=$!
+    pids+=("$!")
+    # Registered webhooks, and a server that answers them (any HTTP answer: its health checks
+    # have opinions of their own). `grep` without -q: under pipefail, -q can fail the pipe.
+    local up=0
+    for _ in $(seq 120); do
+        if K get mutatingwebhookconfigurations -o name 2>/dev/null | grep kyverno >/dev/null \
+            && curl -sk -o /dev/null "https://127.0.0.1:$port/health/liveness"; then
+            up=1
+            break
+        fi
+        sleep 1
+    done
+    [[ $up == 1 ]] \
+        || { log "Kyverno registered no webhooks or does not answer (see $OUT/logs/kyverno.log)"; return 1; }
     # The policy, from the example policies' steps (as JSON through the bookend CRDs' kinds).
     "$BOOKEND" crds | K create -f - >/dev/null
     K create --dry-run=client -o json -f examples/policies/10-credentials.yaml >"$F/credentials.json"
@@ -72,47 +98,8 @@ kyverno_start() {
     fi
 }
 
-# Starts the Kyverno process (again, after an exit: its webhook configurations stay registered
-# and point at the same port). --serverIP is only the address written into the webhook
-# configurations; the server listens on --webhookServerPort (default 9443), so both name it.
-kyverno_run() {
-    KYVERNO_NAMESPACE=kyverno KYVERNO_SERVICEACCOUNT_NAME=kyverno-admission-controller \
-        KYVERNO_DEPLOYMENT=dummy KYVERNO_POD_NAME=dummy INIT_CONFIG=kyverno METRICS_CONFIG=kyverno-metrics \
-        "$KYVERNO_DIR/kyverno" --kubeconfig "$KUBECONFIG" --serverIP="127.0.0.1:$KYVERNO_PORT" \
-        --webhookServerPort="$KYVERNO_PORT" \
-        --caSecretName=kyverno-svc.kyverno.svc.kyverno-tls-ca \
-        --tlsSecretName=kyverno-svc.kyverno.svc.kyverno-tls-pair \
-        --backgroundServiceAccountName=system:serviceaccount:kyverno:kyverno-background-controller \
-        --reportsServiceAccountName=system:serviceaccount:kyverno:kyverno-reports-controller \
-        --omitEvents=PolicyApplied,PolicySkipped --controllerRuntimeMetricsAddress=0 \
-        </dev/null >>"$OUT/logs/kyverno.log" 2>&1 &
-    PID[kyverno]=$!
-    pids+=("$!")
-    for _ in $(seq 120); do
-        K get mutatingwebhookconfigurations -o name 2>/dev/null | grep kyverno >/dev/null && break
-        sleep 1
-    done
-    K get mutatingwebhookconfigurations -o name | grep kyverno >/dev/null \
-        || { log "Kyverno registered no webhooks (see $OUT/logs/kyverno.log)"; return 1; }
-}
-
 kyverno_policy() { # kyverno_policy on|off
     if [[ $1 == on ]]; then
-        # Any HTTP answer means its server is up (its health checks have their own opinions).
-        if ! curl -sk -o /dev/null "https://127.0.0.1:$KYVERNO_PORT/health/liveness"; then
-            local rc=0
-            kill -TERM "${PID[kyverno]}" 2>/dev/null || true
-            wait "${PID[kyverno]}" 2>/dev/null || rc=$?
-            log "Kyverno had stopped serving (exit status $rc, $OUT/logs/kyverno.log); starting it again"
-            echo "$(date -u +%FT%TZ) kyverno had stopped serving (exit status $rc) before a kyverno cell; restarted" \
-                >>"$OUT/kyverno-restarts.txt"
-            kyverno_run
-        fi
-        # Right after a start its webhooks are registered before its server answers.
-        for _ in $(seq 60); do
-            K apply -f "$F/kyverno-policy.json" >/dev/null 2>&1 && break
-            sleep 1
-        done
         K apply -f "$F/kyverno-policy.json" >/dev/null
         K wait --for=condition=Ready --timeout=120s clusterpolicy/bench-org-steps >/dev/null
     else

@@ -127,7 +127,7 @@ cp -p "$target/release/examples/null_webhook" "$OUT/bin/null_webhook"
 [[ -n ${BEFORE_BIN:-} ]] && cp -p "$BEFORE_BIN" "$OUT/bin/bookend-before"
 BOOKEND=$OUT/bin/bookend
 
-rm -rf "$OUT/logs" "$OUT/files" "$OUT/report" "$OUT/results.jsonl" "$OUT/kyverno-restarts.txt"
+rm -rf "$OUT/logs" "$OUT/files" "$OUT/report" "$OUT/results.jsonl"
 mkdir -p "$OUT/logs" "$OUT/files"
 F=$OUT/files
 

@@ -99,20 +99,16 @@ port[before]=21443 admin[before]=21080
 tls=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 # Request logs at bookend's default level (info) go to /dev/null: formatted and written,
 # but not kept (a 10 s cell at 10k req/s would be 30 MB of log).
-# shellcheck disable=SC2086
-LD_PRELOAD=$BOOKEND_PRELOAD "$BOOKEND" serve --policies examples/policies "${tls[@]}" \
-    --listen 127.0.0.1:${port[bookend]} --admin-listen 127.0.0.1:${admin[bookend]} \
-    $BOOKEND_ARGS 2>/dev/null &
-pid[bookend]=$!
-pids+=($!)
-if [[ -n ${BEFORE_BIN:-} ]]; then
+start_bookend() { # start_bookend <server name> <binary>
     # shellcheck disable=SC2086
-    LD_PRELOAD=$BOOKEND_PRELOAD "$OUT/bin/bookend-before" serve --policies examples/policies "${tls[@]}" \
-        --listen 127.0.0.1:${port[before]} --admin-listen 127.0.0.1:${admin[before]} \
+    LD_PRELOAD=$BOOKEND_PRELOAD "$2" serve --policies examples/policies "${tls[@]}" \
+        --listen 127.0.0.1:${port[$1]} --admin-listen 127.0.0.1:${admin[$1]} \
         $BOOKEND_ARGS 2>/dev/null &
-    pid[before]=$!
+    pid[$1]=$!
     pids+=($!)
-fi
+}
+start_bookend bookend "$BOOKEND"
+[[ -n ${BEFORE_BIN:-} ]] && start_bookend before "$OUT/bin/bookend-before"
 "$NULL" "${tls[@]}" --listen 127.0.0.1:${port[null]} --admin-listen 127.0.0.1:${admin[null]} \
     2>/dev/null &
 pid[null]=$!
