@@ -215,7 +215,10 @@ fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
     // An injected step changed after injection is refused.
     object["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
     let m = denial_message(&validate(&create(object)));
-    assert!(m.contains("differs from its definition"), "{m}");
+    assert!(
+        m.contains("step \"bookend-creds\" differs from what ClusterStepPolicy/creds injects"),
+        "{m}"
+    );
 }
 
 fn policy_review(object: Value) -> Vec<u8> {

@@ -1,6 +1,8 @@
 //! What bookend changes in a TaskRun it admits, and the two ways of writing it down: the whole
 //! admitted object (render) or only the patch (the webhook, which never builds the object).
 
+use std::collections::BTreeMap;
+
 use serde_json::{Map, Value};
 
 use super::record;
@@ -50,20 +52,32 @@ pub(super) enum Shape {
     Minimal,
 }
 
-/// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (always `steps`,
-/// `volumes` when policies bring or once brought volumes; every other member stays as it is)
-/// and its `bookend.dev/injected` record (`None`: the annotation is removed).
+/// What bookend sets in an inline-spec TaskRun: members of `spec.taskSpec` (`steps`, `volumes`
+/// when policies bring or once brought volumes, `stepTemplate: None` when bookend wrote it into
+/// the user's steps; every other member stays as it is) and its `bookend.dev/injected` record
+/// (`None`: the annotation is removed).
 #[derive(Clone)]
 pub(super) struct Injection {
-    pub(super) task_spec_members: Map<String, Value>,
+    /// Members to set (`Some`) or remove (`None`), in key order.
+    pub(super) task_spec_members: BTreeMap<String, Option<Value>>,
     pub(super) record: Option<String>,
 }
 
 impl Injection {
-    /// Sets the members in `task_spec` (an object: the engine only injects into those).
-    pub(super) fn set_members(members: Map<String, Value>, task_spec: &mut Value) {
+    /// Sets or removes the members in `task_spec` (an object: the engine only injects into
+    /// those).
+    pub(super) fn set_members(members: BTreeMap<String, Option<Value>>, task_spec: &mut Value) {
         if let Some(spec) = task_spec.as_object_mut() {
-            spec.extend(members);
+            for (key, value) in members {
+                match value {
+                    Some(value) => {
+                        spec.insert(key, value);
+                    }
+                    None => {
+                        spec.remove(&key);
+                    }
+                }
+            }
         }
     }
 
@@ -90,6 +104,15 @@ impl Injection {
         let mut path = patch::pointer(&["spec", "taskSpec"]);
         // Members in key order, as a diff of the whole taskSpec visits them.
         for (key, value) in self.task_spec_members {
+            let Some(value) = value else {
+                if old_spec.contains_key(&key) {
+                    let len = path.len();
+                    patch::push_token(&mut path, &key);
+                    ops.push(Operation::Remove { path: path.clone() });
+                    path.truncate(len);
+                }
+                continue;
+            };
             match (shape, key.as_str()) {
                 (Shape::Fewest, "steps") => {
                     patch::diff_member_fewest(&mut path, &key, old_spec.get(&key), value, &mut ops)

@@ -3,7 +3,7 @@
 //! Skip`). Each Audit policy is planned on its own, together with the Enforce policies that
 //! apply, so a result says what switching that one policy to Enforce would do.
 
-use super::plan::plan;
+use super::plan::{as_authored, plan};
 use super::{Lookup, Request, SubjectFacts};
 use crate::policy::{Mode, Policy, PolicySet};
 use crate::tekton::TaskRunView;
@@ -63,6 +63,13 @@ pub fn audit(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Vec<
     if base.outcome.is_err() {
         return Vec::new();
     }
+    // Each Audit policy is planned on the TaskRun as its author wrote it: the admitted one
+    // carries the Enforce policies' steps, which the Audit policy's composition does not.
+    let authored = as_authored(&view, &enforce, set);
+    let view = TaskRunView {
+        object: authored.as_ref(),
+        api_version: view.api_version,
+    };
     let position = |p: &&Policy| set.policies().iter().position(|q| q.id == p.id);
     audit
         .iter()

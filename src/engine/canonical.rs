@@ -20,20 +20,6 @@ pub fn equivalent(a: &Value, b: &Value) -> bool {
     values_eq(a, b, None)
 }
 
-/// [`equivalent`] for two objects, leaving out their members named in `skip`.
-pub fn equivalent_without(a: &Value, b: &Value, skip: &[&str]) -> bool {
-    match (a, b) {
-        (Value::Object(x), Value::Object(y)) => objects_eq(x, y, None, skip),
-        _ => values_eq(a, b, None),
-    }
-}
-
-/// Whether two lists that would be member `key` of an object compare equal in canonical form
-/// (an empty list counts as no list).
-pub fn lists_equivalent(key: &str, a: &[&Value], b: &[&Value]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| values_eq(p, q, Some(key)))
-}
-
 /// `canon(a, key) == canon(b, key)`.
 fn values_eq(a: &Value, b: &Value, key: Option<&str>) -> bool {
     match (a, b) {

@@ -1,6 +1,6 @@
 //! Tekton's TaskSpec rules that injecting steps can break (`TaskSpec.Validate` in Tekton's
-//! `pkg/apis/pipeline/v1/task_validation.go`; docs/tekton-notes.md): unique step names, script
-//! versus a stepTemplate command, workspace mount paths, and references to params and workspaces
+//! `pkg/apis/pipeline/v1/task_validation.go`; docs/tekton-notes.md): unique step names,
+//! workspace mount paths, and references to params and workspaces
 //! the TaskRun does not have. A broken rule is a denial that names the policy, the
 //! step and the field, instead of Tekton's less specific error after admission.
 
@@ -74,11 +74,6 @@ pub fn check_steps_of(
         });
     }
 
-    let template_command = task_spec
-        .get("stepTemplate")
-        .and_then(|t| t.get("command"))
-        .and_then(Value::as_array)
-        .is_some_and(|c| !c.is_empty());
     let workspaces = declared_workspaces(task_spec);
     let params = declared_params(task_spec, run_params);
 
@@ -87,14 +82,6 @@ pub fn check_steps_of(
             continue;
         };
         let name = name_of(i);
-        if template_command && step.get("ref").is_none() && step.get("script").is_some() {
-            return Err(Denial::step(
-                policy,
-                &name,
-                at(i, "script"),
-                "script cannot be used with command: the TaskRun's stepTemplate sets command, which Tekton merges into every step; write the policy step with command and args instead of script".to_owned(),
-            ));
-        }
         for (j, mount) in step
             .get("volumeMounts")
             .and_then(Value::as_array)

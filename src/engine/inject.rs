@@ -1,15 +1,11 @@
-//! Building the final step list: strip what bookend injected earlier, then put the policies'
-//! steps around the user's, re-index references, and add gates and a verdict for
-//! `postStepsRun: Always`.
-
-use std::collections::BTreeSet;
+//! Building the final step list: put the policies' steps around the user's, re-index
+//! references, and add gates and a verdict for `postStepsRun: Always`. (What bookend injected
+//! earlier is told apart from the user's steps in `recognise`, by composing again.)
 
 use serde_json::{Map, Value, json};
 
-use super::canonical::{canonical, equivalent_without, lists_equivalent};
-use super::record::Record;
-use super::{Denial, reindex};
-use crate::policy::{Policy, PolicySet, PostStepsRun, Settings};
+use super::reindex;
+use crate::policy::{Policy, PostStepsRun, Settings};
 use crate::tekton::{self, ApiVersion};
 
 /// What a step in the final list is.
@@ -22,13 +18,6 @@ pub enum StepKind {
     Post(usize),
     Gate,
     Verdict,
-}
-
-/// The user's steps with bookend's earlier work undone.
-#[derive(Debug)]
-pub struct Stripped {
-    pub user: Vec<Value>,
-    pub warnings: Vec<String>,
 }
 
 /// The composed step list.
@@ -88,7 +77,7 @@ fn is_gate_when(settings: &Settings, when: &Value) -> bool {
 }
 
 /// Removes bookend's gate conditions from a step; true when there were any.
-fn remove_gate_whens(settings: &Settings, step: &mut Value) -> bool {
+pub(super) fn remove_gate_whens(settings: &Settings, step: &mut Value) -> bool {
     let Some(obj) = step.as_object_mut() else {
         return false;
     };
@@ -102,163 +91,6 @@ fn remove_gate_whens(settings: &Settings, step: &mut Value) -> bool {
         obj.remove("when");
     }
     removed
-}
-
-/// Removes every step bookend injected (recognised by name and content), restores the user
-/// steps it changed, and maps index references back. A step that uses the reserved prefix but
-/// is not bookend's is a denial, never silently dropped.
-pub fn strip(
-    steps: &[Value],
-    set: &PolicySet,
-    record: Option<&Record>,
-    version: ApiVersion,
-) -> Result<Stripped, Denial> {
-    let settings = set.settings();
-    let mut user = Vec::with_capacity(steps.len());
-    let mut kept_index = vec![None; steps.len()];
-    let mut warnings = Vec::new();
-    let mut found_injected = false;
-    for (i, step) in steps.iter().enumerate() {
-        let name = tekton::step_name(step).unwrap_or_default();
-        if !name.starts_with(settings.prefix.as_str()) {
-            kept_index[i] = Some(user.len());
-            user.push(step.clone());
-            continue;
-        }
-        found_injected = true;
-        if settings.is_helper_name(name) {
-            let ours = record.is_some_and(|r| r.helpers.iter().any(|h| h == name))
-                || (step.get("image").and_then(Value::as_str)
-                    == Some(settings.helper_image.as_str())
-                    && step.get("command") == Some(&json!(["/bin/sh", "-c"])));
-            if ours {
-                continue;
-            }
-            return Err(Denial::field(
-                format!("spec.taskSpec.steps[{i}].name"),
-                format!(
-                    "step {name:?} uses a name bookend reserves for its gate and verdict steps, but it is not one of them; rename the step"
-                ),
-            ));
-        }
-        match set.step_owner(name) {
-            Some(owner) if is_policy_step(step, owner, name, settings, version) => continue,
-            owner => {
-                // Recorded by an earlier version of a policy (its hash differs from today's):
-                // replace it. With the same hash the step must be as defined, so a difference
-                // is tampering.
-                let stale = record
-                    .and_then(|r| r.entry_with_step(name))
-                    .filter(|entry| {
-                        owner.is_none_or(|p| {
-                            p.id.to_string() != entry.policy || p.hash != entry.hash
-                        })
-                    });
-                if let Some(entry) = stale {
-                    warnings.push(format!(
-                        "bookend: replaced step {name} injected by an earlier version of {} (hash {})",
-                        entry.policy, entry.hash
-                    ));
-                    continue;
-                }
-                let why = match owner {
-                    Some(p) => format!(
-                        "step {name:?} differs from its definition in {}; remove it from the TaskRun (bookend injects it) or restore it as the policy defines it",
-                        p.id
-                    ),
-                    None => format!(
-                        "step {name:?} uses the reserved prefix {:?} but no policy defines it; rename the step (the prefix is reserved for steps bookend injects)",
-                        settings.prefix
-                    ),
-                };
-                return Err(Denial::field(format!("spec.taskSpec.steps[{i}].name"), why));
-            }
-        }
-    }
-
-    if found_injected {
-        // Undo what the Always construction did to user steps.
-        let continued: BTreeSet<&str> = record
-            .map(|r| r.continued.iter().map(String::as_str).collect())
-            .unwrap_or_default();
-        for (ordinal, step) in user.iter_mut().enumerate() {
-            let gated = remove_gate_whens(settings, step);
-            let key = user_step_key(step, ordinal);
-            let was_continued = match record {
-                Some(_) => continued.contains(key.as_str()),
-                None => gated,
-            };
-            if was_continued
-                && step.get("onError").and_then(Value::as_str) == Some("continue")
-                && let Some(obj) = step.as_object_mut()
-            {
-                obj.remove("onError");
-            }
-        }
-        let map = |i: usize| kept_index.get(i).copied().flatten();
-        for step in &mut user {
-            reindex::rewrite(step, &map);
-        }
-    }
-    Ok(Stripped { user, warnings })
-}
-
-/// Whether `step` is the policy's step `name`, as bookend would have written it (Always may
-/// have set `onError: continue` and added a gate condition). Compared in canonical form (as
-/// Tekton's defaulting leaves it), without copying either step.
-fn is_policy_step(
-    step: &Value,
-    owner: &Policy,
-    name: &str,
-    settings: &Settings,
-    version: ApiVersion,
-) -> bool {
-    let Some(def) = owner
-        .pre_steps
-        .iter()
-        .chain(&owner.post_steps)
-        .find(|s| tekton::step_name(s) == Some(name))
-    else {
-        return false;
-    };
-    let converted;
-    let def = match version {
-        ApiVersion::V1 => def,
-        ApiVersion::V1beta1 => {
-            converted = tekton::convert_container(def.clone(), version);
-            &converted
-        }
-    };
-    fn on_error(v: &Value) -> Option<&str> {
-        v.get("onError").and_then(Value::as_str)
-    }
-    let (actual_on_error, def_on_error) = (on_error(step), on_error(def));
-    if actual_on_error != def_on_error && actual_on_error != Some("continue") {
-        return false;
-    }
-    // `when`: the definition's own conditions; bookend's gate conditions do not count.
-    fn whens<'a>(settings: &Settings, v: &'a Value) -> Vec<&'a Value> {
-        v.get("when")
-            .and_then(Value::as_array)
-            .map(|w| w.iter().filter(|w| !is_gate_when(settings, w)).collect())
-            .unwrap_or_default()
-    }
-    let odd = |v: &Value| v.get("when").is_some_and(|w| !w.is_array());
-    if odd(step) || odd(def) {
-        // A `when` that is not a list (no valid step has one): the plain way, with copies.
-        let mut actual = step.clone();
-        remove_gate_whens(settings, &mut actual);
-        let without_on_error = |v: &Value| {
-            let mut v = v.clone();
-            if let Some(o) = v.as_object_mut() {
-                o.remove("onError");
-            }
-            canonical(&v)
-        };
-        return without_on_error(&actual) == without_on_error(def);
-    }
-    lists_equivalent("when", &whens(settings, step), &whens(settings, def))
-        && equivalent_without(step, def, &["onError", "when"])
 }
 
 /// Context for resolving a user step's `onError: $(params.x)`.
@@ -291,19 +123,7 @@ pub fn compose(
     version: ApiVersion,
     params: &ParamValues<'_>,
 ) -> Composed {
-    compose_with(user, applied, settings, version, params, true)
-}
-
-/// [`compose`] for checks only: the same layout (same steps at the same indexes, same
-/// `onError` and gate conditions), but each helper is only its name (no script).
-pub fn compose_layout(
-    user: Vec<Value>,
-    applied: &[&Policy],
-    settings: &Settings,
-    version: ApiVersion,
-    params: &ParamValues<'_>,
-) -> Composed {
-    compose_with(user, applied, settings, version, params, false)
+    compose_with(user, applied, settings, version, params)
 }
 
 fn compose_with(
@@ -312,15 +132,8 @@ fn compose_with(
     settings: &Settings,
     version: ApiVersion,
     params: &ParamValues<'_>,
-    helper_scripts: bool,
 ) -> Composed {
-    let helper = |name: &str, spec: &Helper| {
-        if helper_scripts {
-            helper_step(settings, name, spec)
-        } else {
-            json!({ "name": name })
-        }
-    };
+    let helper = |name: &str, spec: &Helper| helper_step(settings, name, spec);
     let user_count = user.len();
     let mut sequence: Vec<(Value, StepKind)> = Vec::new();
     for (p, policy) in applied.iter().enumerate() {

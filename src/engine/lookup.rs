@@ -21,11 +21,37 @@ pub trait Lookup: Send + Sync {
     fn inline_task_spec_refused(&self) -> bool {
         false
     }
+    /// Tekton's `default-pod-template` (ConfigMap `config-defaults`), which Tekton's defaulting
+    /// merges into every TaskRun's `podTemplate`: what it sets is the platform's, not the
+    /// author's.
+    fn default_pod_template(&self) -> Option<Value> {
+        None
+    }
 }
 
 /// Tekton's feature-flags ConfigMap: its name, and whether its `disable-inline-spec` (a comma
 /// list of kinds) lists `taskrun`.
 pub const FEATURE_FLAGS_CONFIG_MAP: &str = "feature-flags";
+
+/// Tekton's config-defaults ConfigMap: its name, and the key of the default pod template (YAML).
+pub const CONFIG_DEFAULTS_CONFIG_MAP: &str = "config-defaults";
+
+/// The `default-pod-template` of a Tekton config-defaults ConfigMap object, parsed; `None` when
+/// it is absent or not a YAML object.
+pub fn default_pod_template(config_map: &Value) -> Option<Value> {
+    let text = config_map
+        .get("data")?
+        .get("default-pod-template")?
+        .as_str()?;
+    parse_pod_template(text)
+}
+
+/// Parses a `default-pod-template` value (YAML).
+pub fn parse_pod_template(text: &str) -> Option<Value> {
+    serde_yaml_ng::from_str::<Value>(text)
+        .ok()
+        .filter(Value::is_object)
+}
 
 /// Whether a `disable-inline-spec` value makes Tekton refuse inline TaskRun specs.
 pub fn refuses_inline_task_spec(disable_inline_spec: &str) -> bool {
@@ -49,10 +75,13 @@ pub struct Catalog {
     /// Tekton refuses inline TaskRun specs (`render --disable-inline-spec`, or a `feature-flags`
     /// ConfigMap among the objects).
     pub inline_task_spec_refused: bool,
+    /// Tekton's default pod template (a `config-defaults` ConfigMap among the objects).
+    pub default_pod_template: Option<Value>,
 }
 
 impl Catalog {
-    /// Adds Namespace, Task and StepAction objects, and Tekton's feature-flags ConfigMap; Tasks
+    /// Adds Namespace, Task and StepAction objects, and Tekton's feature-flags and config-defaults
+    /// ConfigMaps; Tasks
     /// and StepActions without a namespace go into `default_namespace`. Other kinds are ignored.
     /// Returns how many were added.
     pub fn add_objects(&mut self, objects: &[Value], default_namespace: &str) -> usize {
@@ -95,6 +124,10 @@ impl Catalog {
                         .insert((ns.to_owned(), name.to_owned()), object.clone());
                     added += 1;
                 }
+                "ConfigMap" if name == CONFIG_DEFAULTS_CONFIG_MAP => {
+                    self.default_pod_template = default_pod_template(object);
+                    added += 1;
+                }
                 "ConfigMap" if name == FEATURE_FLAGS_CONFIG_MAP => {
                     self.inline_task_spec_refused =
                         disable_inline_spec(object).is_some_and(refuses_inline_task_spec);
@@ -128,6 +161,10 @@ impl Lookup for Catalog {
 
     fn inline_task_spec_refused(&self) -> bool {
         self.inline_task_spec_refused
+    }
+
+    fn default_pod_template(&self) -> Option<Value> {
+        self.default_pod_template.clone()
     }
 }
 

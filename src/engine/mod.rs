@@ -7,9 +7,11 @@ use admitted::Shape;
 mod canonical;
 pub mod check;
 pub mod inject;
+pub mod isolate;
 mod lookup;
 mod plan;
 pub mod pod;
+mod recognise;
 pub mod record;
 pub mod reindex;
 mod resolved;
@@ -26,7 +28,8 @@ use crate::tekton::{self, TaskRunView};
 pub use audit::{AuditFinding, AuditOutcome, audit};
 pub use canonical::canonical;
 pub use lookup::{
-    Catalog, FEATURE_FLAGS_CONFIG_MAP, Lookup, disable_inline_spec, refuses_inline_task_spec,
+    CONFIG_DEFAULTS_CONFIG_MAP, Catalog, FEATURE_FLAGS_CONFIG_MAP, Lookup, default_pod_template,
+    disable_inline_spec, parse_pod_template, refuses_inline_task_spec,
 };
 pub use plan::Context;
 use plan::{plan, would_deny};
@@ -279,7 +282,7 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
             v.sort_by_key(|p| set.policies().iter().position(|q| q.id == p.id));
             v
         };
-        let would = would_deny(&view, request.namespace, &all, &enforce, set, lookup);
+        let would = would_deny(&view, request.namespace, &enforce, &all, set, lookup);
         for policy in &audit {
             let msg = match &would {
                 Some(denial) => format!("bookend audit: {} would deny: {denial}", policy.id),

@@ -1,16 +1,20 @@
-//! Working out the admitted TaskRun for the policies that apply: inline a referenced Task or
-//! skip/deny it, strip and inject steps, merge volumes, check Tekton's rules.
+//! Working out the admitted TaskRun for the policies that apply: classify where its Task comes
+//! from (as Tekton's reconciler does), inline a referenced Task or skip/deny it, refuse the
+//! TaskRun fields that would reach org steps, seal the steps (recognise, materialise the
+//! stepTemplate, compose), merge volumes, check Tekton's rules.
 
-use std::collections::HashMap;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::admitted::{Admitted, Injection, set_metadata_entry};
+use super::admitted::{Admitted, Injection, set_metadata_entry, set_record};
 use super::canonical::equivalent;
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
+use super::recognise::recognise;
 use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
-use super::{Denial, check};
+use super::{Denial, check, isolate};
 use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 
@@ -35,114 +39,133 @@ pub(super) fn plan(
     lookup: &dyn Lookup,
 ) -> Plan {
     let mut warnings = Vec::new();
-    let outcome = match view.task_source() {
-        TaskSource::Inline => inject_into(
-            view.object,
-            view.api_version,
-            applied,
-            set,
-            &Context { namespace, lookup },
-            &mut warnings,
-        )
-        .map(|injection| injection.map(Admitted::Injected)),
+    let outcome = plan_source(view, namespace, applied, set, lookup, &mut warnings);
+    Plan { outcome, warnings }
+}
+
+fn plan_source(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    applied: &[&Policy],
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Admitted>, Denial> {
+    let context = Context { namespace, lookup };
+    match view.task_source() {
+        TaskSource::Inline => {
+            if !applied.is_empty() {
+                isolate::check_run_fields(view, set.settings(), lookup)?;
+            }
+            seal(view.object, view.api_version, applied, set, &context)
+                .map(|injection| injection.map(Admitted::Injected))
+        }
         TaskSource::LocalRef { name } => {
-            plan_local_ref(view, namespace, &name, applied, set, lookup, &mut warnings)
+            plan_local_ref(view, namespace, &name, applied, set, lookup, warnings)
                 .map(|object| object.map(Admitted::Rewritten))
         }
         TaskSource::RemoteRef { resolver } => {
-            match applied
+            if let Some(p) = applied
                 .iter()
                 .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
             {
-                Some(p) => Err(Denial::policy(
+                return Err(Denial::policy(
                     p,
                     format!(
                         "spec.taskRef: the Task comes from the {resolver:?} resolver, so bookend cannot inject its steps, and the policy sets remoteTaskRef: Deny; use an inline taskSpec or a Task in the namespace"
                     ),
-                )),
-                None => {
-                    if !applied.is_empty() {
-                        warnings.push(format!(
-                            "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip)",
-                            ids(applied)
-                        ));
-                    }
-                    Ok(None)
-                }
+                ));
             }
+            // The namespace-level policies inject into the resolved Task at the controller's
+            // dry-run: the TaskRun's own fields must leave those steps alone too.
+            if applied.iter().any(|p| p.namespace_level_only()) {
+                isolate::check_run_fields(view, set.settings(), lookup)?;
+            }
+            if !applied.is_empty() {
+                warnings.push(format!(
+                    "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip)",
+                    ids(applied)
+                ));
+            }
+            Ok(None)
         }
-        TaskSource::CustomTask { .. } | TaskSource::Missing => Ok(None),
-    };
-    Plan { outcome, warnings }
+        TaskSource::Both => match applied.first() {
+            Some(p) => Err(Denial::policy(
+                p,
+                "spec: expected exactly one, got both: spec.taskRef, spec.taskSpec (Tekton refuses such a TaskRun too); keep one of them",
+            )),
+            None => Ok(None),
+        },
+        TaskSource::Missing => match applied.first() {
+            Some(p) => Err(Denial::policy(
+                p,
+                "spec: the TaskRun has neither an inline spec.taskSpec nor a spec.taskRef bookend can read (an object naming a Task or a resolver), so the policy's steps have nowhere to go; write one of them",
+            )),
+            None => Ok(None),
+        },
+    }
 }
 
 /// The Audit question: would the TaskRun be denied were the policies `all` (the enforced ones
 /// and the Audit ones, in evaluation order) all enforced? Asked only once [`plan`] admitted
-/// the TaskRun under the `enforced` ones. For an inline spec this makes the checks [`plan`]
-/// makes, in the same order and with the same messages, without building what would be
-/// admitted: the composition gets stand-ins for the user steps (name and `onError`, all the
-/// checks and the Always layout read of them) and helpers without scripts, so the user steps
-/// are neither copied nor re-indexed; no record, kept forms or patch are made; and the step
-/// rules are applied to the steps the enforced policies do not bring. Other task sources take
-/// the full [`plan`].
+/// the TaskRun under the `enforced` ones, of the TaskRun as its author wrote it.
 pub(super) fn would_deny(
     view: &TaskRunView<'_>,
     namespace: &str,
-    all: &[&Policy],
     enforced: &[&Policy],
+    all: &[&Policy],
     set: &PolicySet,
     lookup: &dyn Lookup,
 ) -> Option<Denial> {
-    if !matches!(view.task_source(), TaskSource::Inline) {
-        return plan(view, namespace, all, set, lookup).outcome.err();
-    }
-    let task_spec = view.task_spec().filter(|t| t.is_object())?;
-    let steps = view.steps();
-    let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let authored = as_authored(view, enforced, set);
+    let view = TaskRunView {
+        object: authored.as_ref(),
+        api_version: view.api_version,
+    };
+    plan(&view, namespace, all, set, lookup).outcome.err()
+}
+
+/// The TaskRun as its author wrote it: an inline TaskRun that carries what the `enforced`
+/// policies inject (a re-invocation, the backstop, Events after admission) without their steps,
+/// volumes and record, so that other policies can be planned on it. Anything else as it is.
+pub(super) fn as_authored<'v>(
+    view: &TaskRunView<'v>,
+    enforced: &[&Policy],
+    set: &PolicySet,
+) -> Cow<'v, Value> {
     let settings = set.settings();
-    let touches_prefix = steps
+    let prefix = settings.prefix.as_str();
+    let Some(task_spec) = view.task_spec().filter(|t| t.is_object()) else {
+        return Cow::Borrowed(view.object);
+    };
+    let steps = view.steps();
+    if !steps
         .iter()
-        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str())));
-    if all.is_empty() && !touches_prefix && record.is_none() {
-        return None;
+        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(prefix)))
+    {
+        return Cow::Borrowed(view.object);
     }
-    let stand_in = |step: &Value| {
-        let mut m = Map::new();
-        for key in ["name", "onError"] {
-            if let Some(v) = step.get(key) {
-                m.insert(key.to_owned(), v.clone());
-            }
-        }
-        Value::Object(m)
-    };
-    let user: Vec<Value> = if touches_prefix || record.is_some() {
-        match inject::strip(steps, set, record.as_ref(), view.api_version) {
-            Ok(stripped) => stripped.user.iter().map(stand_in).collect(),
-            Err(denial) => return Some(denial),
-        }
-    } else {
-        steps.iter().map(stand_in).collect()
-    };
-    if user.is_empty() {
-        return None;
-    }
+    let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let params = params_of(view, task_spec);
-    let composed = inject::compose_layout(user, all, settings, view.api_version, &params);
-    if let Err(denial) = merge_volumes(task_spec.get("volumes"), all, set, record.as_ref()) {
-        return Some(denial);
+    let Ok(recognised) = recognise(
+        steps,
+        enforced,
+        settings,
+        view.api_version,
+        &params,
+        hint.as_ref(),
+    ) else {
+        return Cow::Borrowed(view.object);
+    };
+    let mut object = view.object.clone();
+    let ours: Vec<&Value> = enforced.iter().flat_map(|p| &p.volumes).collect();
+    let spec = &mut object["spec"]["taskSpec"];
+    spec["steps"] = Value::Array(recognised.user);
+    if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
+        volumes.retain(|v| !ours.iter().any(|o| equivalent(o, v)));
     }
-    // The enforced policies' steps passed the step rules in this TaskRun already (else the
-    // TaskRun was denied before this question), so only the others' are checked again.
-    check::check_steps_of(
-        task_spec,
-        &composed.steps,
-        &composed.kinds,
-        all,
-        &|p: &Policy| !enforced.iter().any(|e| std::ptr::eq(*e, p)),
-        params.run_params,
-        &Context { namespace, lookup },
-    )
-    .err()
+    set_record(&mut object, None);
+    Cow::Owned(object)
 }
 
 /// The values a user step's `onError: $(params.x)` may name: the TaskRun's params, then the
@@ -221,23 +244,16 @@ fn plan_local_ref(
         ));
     };
     if task.signed {
-        if let Some(p) = inline
-            .iter()
-            .find(|p| p.spec.remote_task_ref == RemoteTaskRefPolicy::Deny)
-        {
-            return Err(Denial::policy(
-                p,
-                format!(
-                    "spec.taskRef.name: Task {task_name:?} carries a trusted-resources signature; inlining it would bypass signature verification, so bookend will not inject into it (remoteTaskRef: Deny)"
-                ),
-            ));
-        }
-        warnings.push(format!(
-            "bookend: Task {task_name} is signed (trusted resources); inlining would bypass verification, so it was not inlined; not injected: {}",
-            ids(applied)
+        // Inlining would bypass the signature's verification, and leaving the reference would
+        // leave the steps out; the policy decides with taskRef: Skip, never the Task's author.
+        return Err(Denial::policy(
+            first,
+            format!(
+                "spec.taskRef.name: Task {task_name:?} carries a trusted-resources signature, and bookend injects this policy's steps by inlining the Task, which would bypass the signature's verification; run an unsigned Task, or set taskRef: Skip on the policy to admit such TaskRuns as they are"
+            ),
         ));
-        return Ok(None);
     }
+    isolate::check_run_fields(view, set.settings(), lookup)?;
     let mut object = view.object.clone();
     let spec = object
         .get_mut("spec")
@@ -258,7 +274,7 @@ fn plan_local_ref(
         None => task.name.clone(),
     };
     set_metadata_entry(&mut object, "annotations", INLINED_ANNOTATION, origin);
-    let injection = inject_into(
+    let injection = seal(
         &object,
         view.api_version,
         // Once inlined, the TaskRun is an inline one: every policy that applies injects, `Skip`
@@ -267,7 +283,6 @@ fn plan_local_ref(
         applied,
         set,
         &Context { namespace, lookup },
-        warnings,
     )?;
     Ok(Some(match injection {
         Some(injection) => injection.apply(object),
@@ -275,72 +290,107 @@ fn plan_local_ref(
     }))
 }
 
-/// Strips and injects into an inline-spec TaskRun. `Ok(None)`: nothing to change.
-pub(super) fn inject_into(
+/// Seals an inline-spec TaskRun: tells the author's steps from bookend's earlier ones (only
+/// what bookend would write now counts as its own), writes the author's stepTemplate into the
+/// author's steps, and puts the policies' steps around them. `Ok(None)`: nothing to change.
+/// No input skips this when a policy applies: what cannot be sealed is denied.
+pub(super) fn seal(
     object: &Value,
     version: ApiVersion,
     applied: &[&Policy],
     set: &PolicySet,
     context: &Context<'_>,
-    warnings: &mut Vec<String>,
 ) -> Result<Option<Injection>, Denial> {
     let view = TaskRunView {
         object,
         api_version: version,
     };
-    let Some(task_spec) = view.task_spec().filter(|t| t.is_object()) else {
-        return Ok(None);
-    };
-    let steps = view.steps();
-    let record = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let settings = set.settings();
-    let touches_prefix = steps
-        .iter()
-        .any(|s| tekton::step_name(s).is_some_and(|n| n.starts_with(settings.prefix.as_str())));
-    if applied.is_empty() && !touches_prefix && record.is_none() {
-        return Ok(None);
+    let prefix = settings.prefix.as_str();
+    let record_text = view.annotation(record::ANNOTATION);
+    let first = applied.first();
+    let refuse = |path: &str, message: &str| match first {
+        Some(p) => Err(Denial::policy(p, format!("{path}: {message}"))),
+        None => Ok(None),
+    };
+    let Some(task_spec) = view.task_spec().filter(|t| t.is_object()) else {
+        return refuse(
+            "spec.taskSpec",
+            "must be an object (a Tekton TaskSpec) for bookend to put the policy's steps into it",
+        );
+    };
+    let steps: &[Value] = match task_spec.get("steps") {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(steps)) => steps,
+        Some(_) => return refuse("spec.taskSpec.steps", "must be a list of steps"),
+    };
+    if let Some(i) = steps.iter().position(|s| !s.is_object()) {
+        return refuse(
+            &format!("spec.taskSpec.steps[{i}]"),
+            "must be a step (an object)",
+        );
     }
-    let stripped = inject::strip(steps, set, record.as_ref(), version)?;
-    warnings.extend(stripped.warnings);
-    if stripped.user.is_empty() {
-        // Tekton refuses a Task without steps of its own; bookend does not make it valid.
-        return Ok(None);
+    let reserved = |v: &Value| {
+        v.get("name")
+            .and_then(Value::as_str)
+            .is_some_and(|n| n.starts_with(prefix))
+    };
+    let volumes = task_spec.get("volumes");
+    if applied.is_empty()
+        && !steps.iter().any(reserved)
+        && !volumes
+            .and_then(Value::as_array)
+            .is_some_and(|v| v.iter().any(reserved))
+    {
+        // Nothing of bookend's, and nothing to inject: at most a record bookend did not write
+        // to drop (the record is bookend's to write, and only ever a hint).
+        return Ok(record_text.is_some().then(|| Injection {
+            task_spec_members: BTreeMap::new(),
+            record: None,
+        }));
     }
 
+    let hint = record_text.and_then(Record::parse);
     let params = params_of(&view, task_spec);
-    let composed = inject::compose(stripped.user, applied, settings, version, &params);
-    let mut final_steps = composed.steps;
-    // Keep the existing form of steps bookend would write identically (Tekton's defaulting may
-    // have re-serialised them), so a second pass yields no patch. Looked up by name through a
-    // map (the first step of each name): long TaskRuns have hundreds of steps and gates. A
-    // helper in the form an earlier release wrote is kept too: it checks the same steps, and
-    // an upgrade must not refuse what an older replica injected.
-    let existing_by_name: HashMap<&str, &Value> = steps
-        .iter()
-        .rev()
-        .filter_map(|s| Some((tekton::step_name(s)?, s)))
-        .collect();
-    let mut helper_checks = composed.checks.iter();
-    for (step, kind) in final_steps.iter_mut().zip(&composed.kinds) {
-        let helper = match kind {
-            StepKind::User(_) => continue,
-            StepKind::Gate | StepKind::Verdict => helper_checks.next(),
-            StepKind::Pre(_) | StepKind::Post(_) => None,
-        };
-        let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n)) else {
-            continue;
-        };
-        let same = equivalent(existing, step)
-            || helper.is_some_and(|spec| {
-                let name = tekton::step_name(step).unwrap_or_default();
-                equivalent(existing, &inject::legacy_helper_step(settings, name, spec))
-            });
-        if same {
-            *step = (*existing).clone();
+    let recognised = recognise(steps, applied, settings, version, &params, hint.as_ref())?;
+    if let Some(p) = first {
+        if recognised.user.is_empty() {
+            return Err(Denial::policy(
+                p,
+                "spec.taskSpec.steps: the TaskRun has no steps of its own (Tekton needs at least one); add the steps it is meant to run",
+            ));
         }
     }
+    let materialised = if first.is_some() {
+        isolate::materialise_step_template(task_spec, &recognised.user, version)
+    } else {
+        None
+    };
+    let unchanged = recognised.injected && materialised.is_none();
+    let task_spec_checks = first.map(|_| {
+        // Read of the user's own steps before they are composed (and moved).
+        isolate::check_task_spec(task_spec, &recognised.user, applied)
+    });
+    let user = materialised.unwrap_or(recognised.user);
 
-    let volumes = merge_volumes(task_spec.get("volumes"), applied, set, record.as_ref())?;
+    let composed = inject::compose(user, applied, settings, version, &params);
+    let mut final_steps = composed.steps;
+    if unchanged {
+        // The steps are exactly what bookend writes (recognised by composing again): keep them
+        // in the form they arrived in (Tekton's defaulting may have re-serialised them), so a
+        // second pass yields no patch.
+        final_steps = steps.to_vec();
+    } else {
+        keep_existing_forms(
+            &mut final_steps,
+            &composed.kinds,
+            &composed.checks,
+            steps,
+            settings,
+        );
+    }
+
+    let volumes = merge_volumes(volumes, applied, settings)?;
     check::check(
         task_spec,
         &final_steps,
@@ -349,12 +399,17 @@ pub(super) fn inject_into(
         params.run_params,
         context,
     )?;
+    // After Tekton's own rules, whose messages are the more precise where both apply.
+    task_spec_checks.transpose()?;
     // Only the taskSpec members bookend sets: the others (params, workspaces, results, ...)
     // are neither copied nor compared.
-    let mut task_spec_members = Map::new();
-    task_spec_members.insert("steps".to_owned(), Value::Array(final_steps));
+    let mut task_spec_members = BTreeMap::new();
+    task_spec_members.insert("steps".to_owned(), Some(Value::Array(final_steps)));
     if let Some(volumes) = volumes {
-        task_spec_members.insert("volumes".to_owned(), volumes);
+        task_spec_members.insert("volumes".to_owned(), Some(volumes));
+    }
+    if task_spec.get("stepTemplate").is_some() && first.is_some() && !unchanged {
+        task_spec_members.insert("stepTemplate".to_owned(), None);
     }
     let record = Record {
         policies: applied
@@ -375,38 +430,87 @@ pub(super) fn inject_into(
     }))
 }
 
-/// The taskSpec's `volumes` (`current`) without those bookend added before and with the applied
-/// policies' volumes; `None` when there were none and none are needed. A user volume with a
-/// policy volume's name is a denial.
+/// Keeps the existing form of each step bookend would write identically (Tekton's defaulting
+/// may have re-serialised it), looked up by name through a map (the first step of each name):
+/// long TaskRuns have hundreds of steps. A helper in the form an earlier release wrote is kept
+/// too: it checks the same steps, and an upgrade must not refuse what an older replica wrote.
+fn keep_existing_forms(
+    final_steps: &mut [Value],
+    kinds: &[StepKind],
+    checks: &[inject::Helper],
+    existing: &[Value],
+    settings: &crate::policy::Settings,
+) {
+    let existing_by_name: HashMap<&str, &Value> = existing
+        .iter()
+        .rev()
+        .filter_map(|s| Some((tekton::step_name(s)?, s)))
+        .collect();
+    let mut helper_checks = checks.iter();
+    for (step, kind) in final_steps.iter_mut().zip(kinds) {
+        let helper = match kind {
+            StepKind::User(_) => continue,
+            StepKind::Gate | StepKind::Verdict => helper_checks.next(),
+            StepKind::Pre(_) | StepKind::Post(_) => None,
+        };
+        let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n)) else {
+            continue;
+        };
+        let same = equivalent(existing, step)
+            || helper.is_some_and(|spec| {
+                let name = tekton::step_name(step).unwrap_or_default();
+                equivalent(existing, &inject::legacy_helper_step(settings, name, spec))
+            });
+        if same {
+            *step = (*existing).clone();
+        }
+    }
+}
+
+/// The taskSpec's `volumes` (`current`) with the applied policies' volumes, each once, after the
+/// user's; `None` when there were none and none are needed. A reserved-prefix volume is
+/// bookend's only when it is exactly one an applied policy defines; any other is a denial, as
+/// is a user volume with a policy volume's name.
 fn merge_volumes(
     current: Option<&Value>,
     applied: &[&Policy],
-    set: &PolicySet,
-    record: Option<&Record>,
+    settings: &crate::policy::Settings,
 ) -> Result<Option<Value>, Denial> {
     let existing: &[Value] = current
         .and_then(Value::as_array)
         .map(Vec::as_slice)
         .unwrap_or(&[]);
-    let is_ours = |v: &Value| {
-        let Some(name) = v.get("name").and_then(Value::as_str) else {
-            return false;
-        };
-        record.is_some_and(|r| r.has_volume(name))
-            || set.volume_owner(name).is_some_and(|p| {
-                p.volumes
-                    .iter()
-                    .any(|pv| pv.get("name") == v.get("name") && equivalent(pv, v))
-            })
+    let prefix = settings.prefix.as_str();
+    let name_of = |v: &Value| {
+        v.get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned()
     };
-    let mut volumes: Vec<Value> = existing.iter().filter(|v| !is_ours(v)).cloned().collect();
+    let mut ours: HashMap<String, (&Policy, &Value)> = HashMap::new();
     for policy in applied {
         for volume in &policy.volumes {
-            let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
-            if let Some(i) = volumes
-                .iter()
-                .position(|v| v.get("name").and_then(Value::as_str) == Some(name))
-            {
+            ours.entry(name_of(volume)).or_insert((*policy, volume));
+        }
+    }
+    let mut kept_forms: HashMap<String, &Value> = HashMap::new();
+    let mut volumes: Vec<Value> = Vec::with_capacity(existing.len() + ours.len());
+    for (i, volume) in existing.iter().enumerate() {
+        let name = name_of(volume);
+        match ours.get(&name) {
+            Some((_, def)) if equivalent(def, volume) => {
+                kept_forms.entry(name).or_insert(volume);
+            }
+            Some((policy, _)) if name.starts_with(prefix) => {
+                return Err(Denial::field(
+                    format!("spec.taskSpec.volumes[{i}]"),
+                    format!(
+                        "volume {name:?} differs from what {} injects; remove it from the TaskRun (bookend injects it)",
+                        policy.id
+                    ),
+                ));
+            }
+            Some((policy, _)) => {
                 return Err(Denial::policy(
                     policy,
                     format!(
@@ -414,10 +518,25 @@ fn merge_volumes(
                     ),
                 ));
             }
-            let keep = existing
-                .iter()
-                .find(|v| v.get("name") == volume.get("name") && equivalent(v, volume));
-            volumes.push(keep.cloned().unwrap_or_else(|| volume.clone()));
+            None if name.starts_with(prefix) => {
+                return Err(Denial::field(
+                    format!("spec.taskSpec.volumes[{i}].name"),
+                    format!(
+                        "volume {name:?} uses the reserved prefix {prefix:?}, but no policy that applies to this TaskRun injects it; rename the volume"
+                    ),
+                ));
+            }
+            None => volumes.push(volume.clone()),
+        }
+    }
+    for policy in applied {
+        for volume in &policy.volumes {
+            let name = name_of(volume);
+            volumes.push(
+                kept_forms
+                    .get(&name)
+                    .map_or_else(|| volume.clone(), |v| (*v).clone()),
+            );
         }
     }
     if volumes.is_empty() && current.is_none() {

@@ -6,16 +6,15 @@
 //! The expected steps are the steps of every Enforce policy that applies to the TaskRun on its
 //! path (inline or inlined: the policies it matches; a remote Task: the policies the dry-run
 //! injects, whose criteria are all about the namespace; a local `taskRef` left as it is: the
-//! policies that would have inlined it) and that existed when the TaskRun was created, taken
-//! from the Pod's `bookend.dev/injected` record where it names the policy (the version that
-//! injected), plus every step and helper the record names.
+//! policies that would have inlined it) and that existed when the TaskRun was created. They
+//! come from the policies alone: the Pod's `bookend.dev/injected` annotation is copied from the
+//! TaskRun, whose author can write it, so it decides nothing here.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
 use super::lookup::Lookup;
-use super::record::{self, Record};
 use super::{Denial, SubjectFacts};
 use crate::policy::{Mode, Policy, PolicySet, TaskRefPolicy};
 use crate::tekton::{TaskRunView, TaskSource};
@@ -47,24 +46,8 @@ pub fn check_pod(
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .collect();
-    let record = pod
-        .get("metadata")
-        .and_then(|m| m.get("annotations"))
-        .and_then(|a| a.get(record::ANNOTATION))
-        .and_then(Value::as_str)
-        .and_then(Record::parse)
-        .unwrap_or_default();
-
-    // Step name -> who requires it (a policy, or bookend for its helpers).
+    // Step name -> the policy that requires it.
     let mut required: BTreeMap<String, String> = BTreeMap::new();
-    for entry in &record.policies {
-        for step in &entry.steps {
-            required.insert(step.clone(), entry.policy.clone());
-        }
-    }
-    for helper in &record.helpers {
-        required.insert(helper.clone(), "bookend (postStepsRun: Always)".to_owned());
-    }
     let created = view
         .object
         .pointer("/metadata/creationTimestamp")
@@ -78,9 +61,6 @@ pub fn check_pod(
             continue;
         }
         let id = policy.id.to_string();
-        if record.policies.iter().any(|e| e.policy == id) {
-            continue; // the record names the steps of the version that injected
-        }
         for step in policy.step_names() {
             required.insert(step.to_owned(), id.clone());
         }
@@ -130,17 +110,13 @@ fn applicable<'s>(
         TaskSource::Inline => matching.collect(),
         // The dry-run Task carries nothing of the TaskRun: only namespace-level policies apply.
         TaskSource::RemoteRef { .. } => matching.filter(|p| p.namespace_level_only()).collect(),
-        // Left as a reference: policies that skip such TaskRuns add nothing, and a signed Task is
-        // never inlined.
-        TaskSource::LocalRef { name } => {
-            if lookup.task(namespace, name).is_some_and(|t| t.signed) {
-                return Vec::new();
-            }
-            matching
-                .filter(|p| p.spec.task_ref != TaskRefPolicy::Skip)
-                .collect()
-        }
-        TaskSource::CustomTask { .. } | TaskSource::Missing => Vec::new(),
+        // Left as a reference: policies that skip such TaskRuns add nothing (a signed Task is
+        // never inlined, but refused: its TaskRun never gets here).
+        TaskSource::LocalRef { .. } => matching
+            .filter(|p| p.spec.task_ref != TaskRefPolicy::Skip)
+            .collect(),
+        // Tekton refuses both.
+        TaskSource::Both | TaskSource::Missing => Vec::new(),
     }
 }
 
@@ -204,7 +180,7 @@ spec:
                          "labels": {"tekton.dev/taskRun": "run-1"}},
             "spec": {"containers": containers}});
         if let Some(r) = record {
-            pod["metadata"]["annotations"] = json!({ record::ANNOTATION: r });
+            pod["metadata"]["annotations"] = json!({ crate::engine::record::ANNOTATION: r });
         }
         pod
     }
@@ -259,15 +235,30 @@ spec:
     }
 
     #[test]
-    fn the_record_names_the_steps_that_were_injected() {
-        // Injected by an older version of `org` with other step names, plus a gate: those are
-        // required, not the current names.
-        let record = r#"{"policies":[{"policy":"ClusterStepPolicy/org","hash":"0","steps":["bookend-old"]}],"helpers":["bookend-gate-1"]}"#;
-        let with = pod(&["bookend-old", "bookend-gate-1", "clone"], Some(record));
-        assert_eq!(check(&with, &remote()), Ok(Vec::new()));
-        let without_gate = pod(&["bookend-old", "clone"], Some(record));
-        let err = check(&without_gate, &remote()).unwrap_err();
-        assert!(err.message.contains("bookend-gate-1"), "{err}");
+    fn a_record_on_the_pod_decides_nothing() {
+        // The record is copied from the TaskRun, whose author writes it: claiming other steps
+        // (or none) does not change what the policies require.
+        for record in [
+            r#"{"policies":[{"policy":"ClusterStepPolicy/org","hash":"0","steps":["bookend-old"]}],"helpers":["bookend-gate-1"]}"#,
+            r#"{"policies":[]}"#,
+            "garbage",
+        ] {
+            let err = check(&pod(&["bookend-old", "clone"], Some(record)), &remote()).unwrap_err();
+            assert!(
+                err.message.contains(
+                    "bookend-creds (ClusterStepPolicy/org), bookend-sbom (ClusterStepPolicy/org)"
+                ),
+                "{record}: {err}"
+            );
+            assert_eq!(
+                check(
+                    &pod(&["bookend-creds", "clone", "bookend-sbom"], Some(record)),
+                    &remote()
+                ),
+                Ok(Vec::new()),
+                "{record}"
+            );
+        }
     }
 
     #[test]

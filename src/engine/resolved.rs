@@ -4,7 +4,8 @@
 use serde_json::{Map, Value};
 
 use super::admitted::{Injection, set_metadata_entry};
-use super::plan::{Context, inject_into};
+use super::isolate;
+use super::plan::{Context, seal};
 use super::{Decision, Lookup, Outcome, Request, record};
 use crate::patch;
 use crate::policy::select::{Labels, Subject};
@@ -54,17 +55,27 @@ pub fn decide_resolved_task(
     if let Some(meta) = taskrun["metadata"].as_object_mut() {
         meta.retain(|k, _| k == "annotations");
     }
-    let result = inject_into(
-        &taskrun,
-        version,
-        &applied,
-        set,
-        &Context {
-            namespace: request.namespace,
-            lookup,
-        },
-        &mut decision.warnings,
-    );
+    // Tekton merges the Task's annotations into the TaskRun it runs for.
+    let execution_mode = task
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(isolate::EXECUTION_MODE_ANNOTATION))
+        .and_then(Value::as_str);
+    let result = match (
+        applied.is_empty(),
+        isolate::check_annotations(execution_mode, "metadata.annotations"),
+    ) {
+        (false, Err(denial)) => Err(denial),
+        _ => seal(
+            &taskrun,
+            version,
+            &applied,
+            set,
+            &Context {
+                namespace: request.namespace,
+                lookup,
+            },
+        ),
+    };
     let injection = match result {
         Err(denial) => return decision.deny(denial),
         Ok(None) => return decision,

@@ -255,34 +255,21 @@ fn a_later_webhooks_edits_are_not_clobbered() {
     let mut edited = admitted.clone();
     edited["spec"]["taskSpec"]["steps"][2]["env"] = json!([{"name": "FROM_OTHER", "value": "1"}]);
     assert_settled(&set, &edited);
-    // A new step before the user's: bookend composes again around it.
-    let steps = edited["spec"]["taskSpec"]["steps"].as_array_mut().unwrap();
-    steps.insert(
-        0,
-        json!({"name": "other-webhook", "image": "alpine", "args": ["x"]}),
+    // A step put before the org's pre-steps (by the author, or by a webhook after bookend's):
+    // the steps are no longer what bookend writes, and nothing is dropped or moved silently.
+    let mut before = edited.clone();
+    before["spec"]["taskSpec"]["steps"]
+        .as_array_mut()
+        .unwrap()
+        .insert(
+            0,
+            json!({"name": "other-webhook", "image": "alpine", "args": ["x"]}),
+        );
+    let m = denied(&set, &before, "spec.taskSpec.steps[0]");
+    assert!(
+        m.contains("not where bookend puts it") || m.contains("where bookend puts it"),
+        "{m}"
     );
-    let again = run(&set, &edited);
-    assert_eq!(again.outcome, Outcome::Mutated);
-    let result = apply(&edited, &again.patch);
-    assert_eq!(result, again.object);
-    let by_name = |name: &str| {
-        steps_of(&result)
-            .iter()
-            .find(|s| s["name"] == name)
-            .cloned()
-            .unwrap()
-    };
-    assert_eq!(
-        by_name("build")["env"],
-        json!([{"name": "FROM_OTHER", "value": "1"}])
-    );
-    assert_eq!(by_name("other-webhook")["args"], json!(["x"]));
-    assert_eq!(
-        names(&result)[0],
-        "bookend-setup",
-        "the org's pre-step stays first"
-    );
-    assert_settled(&set, &result);
 }
 
 #[test]
@@ -502,10 +489,11 @@ fn a_user_step_with_the_prefix_is_denied_not_dropped() {
         "spec.taskSpec.steps[0].name",
     );
     assert!(m.contains("reserved prefix \"bookend-\""), "{m}");
+    // A helper's name: not one bookend writes for this TaskRun.
     denied(
         &set,
         &taskrun(json!([{"name": "bookend-gate-1", "image": "go"}])),
-        "gate and verdict",
+        "no policy that applies to this TaskRun injects a step of that name",
     );
 }
 
@@ -515,15 +503,21 @@ fn a_tampered_injected_step_is_denied() {
     let first = run(&set, &build_taskrun());
     let mut tampered = first.object.clone();
     tampered["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
-    denied(
+    let m = denied(
         &set,
         &tampered,
-        "differs from its definition in ClusterStepPolicy/outer",
+        "step \"bookend-outer-pre\" differs from what ClusterStepPolicy/outer injects (its image differs)",
+    );
+    assert!(
+        m.starts_with("bookend: spec.taskSpec.steps[0].name: "),
+        "{m}"
     );
 }
 
 #[test]
-fn a_step_from_an_older_policy_version_is_replaced() {
+fn a_step_from_an_older_policy_version_is_denied_with_the_version() {
+    // Only what bookend would write now is its own: a copy of a TaskRun injected by an older
+    // version of a policy is refused (the record, a hint, names the version in the message).
     let set = policies(PRE_POST);
     let first = run(&set, &build_taskrun());
     let newer = policies(&PRE_POST.replacen(
@@ -531,18 +525,29 @@ fn a_step_from_an_older_policy_version_is_replaced() {
         "{name: bookend-outer-pre, image: alpine:3.21}",
         1,
     ));
-    let d = run(&newer, &first.object);
-    assert_eq!(d.outcome, Outcome::Mutated);
-    assert_eq!(
-        d.object["spec"]["taskSpec"]["steps"][0]["image"],
-        "alpine:3.21"
+    let m = denied(
+        &newer,
+        &first.object,
+        "differs from what ClusterStepPolicy/outer injects",
     );
+    let old_hash = &set.policies()[0].hash;
     assert!(
-        d.warnings.iter().any(|w| w.contains("earlier version")),
-        "{:?}",
-        d.warnings
+        m.contains(&format!(
+            "names version {old_hash} of ClusterStepPolicy/outer"
+        )),
+        "{m}"
     );
-    assert_eq!(names(&d.object), names(&first.object));
+    // Without the record (or with a forged one) the answer is the same, less the version.
+    let mut bare = first.object.clone();
+    bare["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(record::ANNOTATION);
+    denied(
+        &newer,
+        &bare,
+        "differs from what ClusterStepPolicy/outer injects",
+    );
 }
 
 #[test]
@@ -591,7 +596,14 @@ fn volumes_are_added_once_and_collisions_denied() {
     denied(
         &set,
         &object,
-        "multiple volumes with same name \"bookend-cache\"",
+        "volume \"bookend-cache\" differs from what ClusterStepPolicy/vol injects",
+    );
+    // A reserved-prefix volume no applied policy injects.
+    object["spec"]["taskSpec"]["volumes"] = json!([{"name": "bookend-other", "emptyDir": {}}]);
+    denied(
+        &set,
+        &object,
+        "no policy that applies to this TaskRun injects it",
     );
 }
 
@@ -606,7 +618,7 @@ fn workspace_mount_path_collision_is_denied() {
 }
 
 #[test]
-fn script_step_under_a_step_template_command_is_denied() {
+fn a_step_template_is_written_into_the_users_steps_only() {
     let set = policies(
         r#"
 apiVersion: bookend.dev/v1alpha1
@@ -617,13 +629,27 @@ spec:
 "#,
     );
     let mut object = build_taskrun();
-    object["spec"]["taskSpec"]["stepTemplate"] = json!({"command": ["/bin/bash"]});
-    let m = denied(&set, &object, "script cannot be used with command");
+    object["spec"]["taskSpec"]["stepTemplate"] =
+        json!({"command": ["/bin/bash"], "env": [{"name": "LD_PRELOAD", "value": "/w/x.so"}]});
+    // The org's script step would have inherited the command (and Tekton refused it) and the
+    // env: now the user's step carries them and the stepTemplate is gone.
+    let out = assert_converges(&set, &object);
     assert!(
-        m.starts_with("bookend: ClusterStepPolicy/scripted step bookend-report: spec.taskSpec.steps[1].script: script cannot be used with command"),
-        "{m}"
+        out["spec"]["taskSpec"].get("stepTemplate").is_none(),
+        "{out}"
     );
-    // Helper steps of Always are command/args, so a stepTemplate command does not break them.
+    let report = &steps_of(&out)[1];
+    assert_eq!(report["name"], "bookend-report");
+    assert!(
+        report.get("command").is_none() && report.get("env").is_none(),
+        "{report}"
+    );
+    let build = &steps_of(&out)[0];
+    assert_eq!(build["command"], json!(["/bin/bash"]));
+    assert_eq!(
+        build["env"],
+        json!([{"name": "LD_PRELOAD", "value": "/w/x.so"}])
+    );
     let set = policies(ALWAYS);
     assert_converges(&set, &object);
 }
@@ -781,21 +807,25 @@ fn task_ref_skip_and_deny() {
 }
 
 #[test]
-fn signed_tasks_are_not_inlined() {
+fn signed_tasks_are_refused_unless_the_policy_skips_references() {
+    // The signature is the Task author's to write: it must not switch injection off.
     let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
         "metadata": {"name": "build", "annotations": {"tekton.dev/signature": "MEUCIQ..."}},
         "spec": {"steps": [{"name": "compile", "image": "go"}]}});
     let set = policies(PRE_POST);
-    let d = run_with(&set, &taskref_run(), &catalog_with(task.clone()));
-    assert_eq!(d.outcome, Outcome::Allowed);
-    assert!(d.warnings[0].contains("signed"), "{:?}", d.warnings);
-    let deny = policies(&PRE_POST.replace("priority: 2\n", "priority: 2\n  remoteTaskRef: Deny\n"));
     denied_with(
-        &deny,
+        &set,
         &taskref_run(),
-        &catalog_with(task),
+        &catalog_with(task.clone()),
         "trusted-resources signature",
     );
+    let skip = policies(
+        &PRE_POST
+            .replace("priority: 1\n", "priority: 1\n  taskRef: Skip\n")
+            .replace("priority: 2\n", "priority: 2\n  taskRef: Skip\n"),
+    );
+    let d = run_with(&skip, &taskref_run(), &catalog_with(task));
+    assert_eq!(d.outcome, Outcome::Allowed, "{:?}", d.message);
 }
 
 #[test]
@@ -847,7 +877,7 @@ spec:
 }
 
 #[test]
-fn injected_steps_no_longer_matching_are_stripped() {
+fn injected_steps_no_longer_matching_are_refused() {
     let set = policies(PRE_POST);
     let injected = run(&set, &build_taskrun()).object;
     let elsewhere = decide(
@@ -868,18 +898,24 @@ fn injected_steps_no_longer_matching_are_stripped() {
         ),
         &Catalog::default(),
     );
-    assert_eq!(names(&elsewhere.object), ["build"]);
+    // Where no policy applies, bookend's steps are not bookend's to write: refused, not dropped.
+    assert_eq!(elsewhere.outcome, Outcome::Denied);
+    let m = elsewhere.message.unwrap();
     assert!(
-        elsewhere.object["metadata"]["annotations"]
-            .get(record::ANNOTATION)
-            .is_none()
+        m.contains("no policy that applies to this TaskRun injects a step of that name"),
+        "{m}"
     );
 }
 
 #[test]
 fn empty_task_specs_and_other_kinds_are_left_alone() {
     let set = policies(PRE_POST);
-    assert_eq!(run(&set, &taskrun(json!([]))).outcome, Outcome::Allowed);
+    // No steps of its own: nothing for the policies' steps to go around.
+    denied(&set, &taskrun(json!([])), "no steps of its own");
+    assert_eq!(
+        run(&policies(""), &taskrun(json!([]))).outcome,
+        Outcome::Allowed
+    );
     let pod = json!({"apiVersion": "v1", "kind": "Pod"});
     assert_eq!(run(&set, &pod).outcome, Outcome::Allowed);
     let custom = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": {"taskRef": {"apiVersion": "x.dev/v1", "kind": "Wait"}}});
@@ -1571,65 +1607,4 @@ fn helpers_in_the_older_form_are_bookends_own() {
     assert_eq!(backstop.outcome, Outcome::Allowed, "{:?}", backstop.patch);
     // And it ran the same way.
     assert_always_semantics(&legacy);
-}
-
-#[test]
-fn the_audit_verdict_is_the_full_plans() {
-    let audit_yaml = |spec: &str| {
-        format!(
-            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: zz-audit}}\nspec:\n  mode: Audit\n  priority: 5\n{spec}"
-        )
-    };
-    let cases = [
-        // would inject
-        audit_yaml("  postStepsRun: Always\n  postSteps: [{name: bookend-audit, image: alpine}]\n"),
-        // a volume the TaskRun has too
-        audit_yaml(
-            "  preSteps: [{name: bookend-audit, image: alpine, volumeMounts: [{name: cache, mountPath: /c}]}]\n  volumes: [{name: cache, emptyDir: {}}]\n",
-        ),
-        // a workspace the Task does not declare
-        audit_yaml(
-            "  postSteps: [{name: bookend-audit, image: alpine, workspaces: [{name: nope}]}]\n",
-        ),
-        // a param the TaskRun does not have
-        audit_yaml(
-            "  postStepsRun: Always\n  postSteps: [{name: bookend-audit, image: alpine, args: [\"$(params.missing)\"]}]\n",
-        ),
-    ];
-    let mut object = taskrun(json!([
-        {"name": "build", "image": "go", "onError": "$(params.mode)"},
-        {"image": "go", "script": "cat /tekton/steps/0/exitCode"},
-        {"name": "test", "image": "go"}
-    ]));
-    object["spec"]["params"] = json!([{"name": "mode", "value": "continue"}]);
-    object["spec"]["taskSpec"]["params"] = json!([{"name": "mode"}]);
-    object["spec"]["taskSpec"]["volumes"] =
-        json!([{"name": "cache", "emptyDir": {"medium": "Memory"}}]);
-    let mut denials = 0;
-    for audit in &cases {
-        let set = policies(&format!("{ALWAYS}---\n{NOTIFY}---\n{audit}"));
-        let all: Vec<&Policy> = set.policies().iter().collect();
-        let enforced: Vec<&Policy> = all
-            .iter()
-            .copied()
-            .filter(|p| p.spec.mode == Mode::Enforce)
-            .collect();
-        for object in [
-            object.clone(),
-            // the same TaskRun once admitted (a re-invocation: strip first)
-            run(&set, &object).object,
-        ] {
-            let view = TaskRunView::new(&object).unwrap();
-            let full = plan(&view, "team-a", &all, &set, &Catalog::default())
-                .outcome
-                .err();
-            let quick = would_deny(&view, "team-a", &all, &enforced, &set, &Catalog::default());
-            assert_eq!(quick, full, "{audit}");
-            denials += usize::from(full.is_some());
-        }
-    }
-    assert_eq!(
-        denials, 6,
-        "three of the four policies would deny, before and after"
-    );
 }

@@ -20,7 +20,10 @@ use serde_json::Value;
 use tokio::sync::Notify;
 
 use super::{PolicySource, Snapshot, TaskRunReader};
-use crate::engine::{FEATURE_FLAGS_CONFIG_MAP, Lookup, refuses_inline_task_spec};
+use crate::engine::{
+    CONFIG_DEFAULTS_CONFIG_MAP, FEATURE_FLAGS_CONFIG_MAP, Lookup, parse_pod_template,
+    refuses_inline_task_spec,
+};
 use crate::metrics::Metrics;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
@@ -70,6 +73,8 @@ pub struct ClusterLookup {
     pub step_actions: Store<DynamicObject>,
     /// Tekton's `feature-flags` ConfigMap (at most one object).
     pub feature_flags: Store<ConfigMap>,
+    /// Tekton's `config-defaults` ConfigMap (at most one object).
+    pub config_defaults: Store<ConfigMap>,
 }
 
 /// Tekton's namespace: the one its controller's service account lives in
@@ -111,6 +116,16 @@ impl Lookup for ClusterLookup {
                 .as_ref()
                 .and_then(|d| d.get("disable-inline-spec"))
                 .is_some_and(|v| refuses_inline_task_spec(v))
+        })
+    }
+
+    fn default_pod_template(&self) -> Option<Value> {
+        self.config_defaults.state().iter().find_map(|defaults| {
+            defaults
+                .data
+                .as_ref()
+                .and_then(|d| d.get("default-pod-template"))
+                .and_then(|text| parse_pod_template(text))
         })
     }
 }
@@ -199,6 +214,15 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         None,
         m.clone(),
     );
+    // Likewise: until it has synced, bookend knows no default pod template, and refuses
+    // podTemplate fields that reach org steps whoever set them.
+    let config_defaults = spawn_reflector::<ConfigMap>(
+        Api::namespaced(client.clone(), tekton_namespace(&settings)),
+        (),
+        watcher::Config::default().fields(&format!("metadata.name={CONFIG_DEFAULTS_CONFIG_MAP}")),
+        None,
+        m.clone(),
+    );
     let tasks = spawn_reflector(
         Api::all_with(client.clone(), &task_resource()),
         task_resource(),
@@ -233,6 +257,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         tasks: tasks.clone(),
         step_actions: step_actions.clone(),
         feature_flags,
+        config_defaults,
     });
     let current = Arc::new(ArcSwap::from_pointee(Snapshot {
         set: Arc::new(PolicySet::default()),
@@ -463,6 +488,7 @@ mod tests {
             tasks: store_of(task_resource(), vec![task, signed]),
             step_actions: store_of(step_action_resource(), vec![action]),
             feature_flags: store_of((), vec![]),
+            config_defaults: store_of((), vec![]),
         }
     }
 
@@ -536,8 +562,8 @@ mod tests {
         );
         assert_eq!(d.object["spec"]["taskSpec"]["steps"][1]["name"], "compile");
         let d = run("signed");
-        assert_eq!(d.outcome, crate::engine::Outcome::Allowed);
-        assert!(d.warnings[0].contains("signed"));
+        assert_eq!(d.outcome, crate::engine::Outcome::Denied);
+        assert!(d.message.unwrap().contains("trusted-resources signature"));
     }
 
     #[test]

@@ -3,6 +3,9 @@
 
 use serde_json::{Map, Value};
 
+/// Tekton's stepTemplate merge (`MergeStepsWithStepTemplate`), ported.
+pub mod merge;
+
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
 /// Label Tekton's controller puts on TaskRuns that run a referenced Task.
@@ -53,19 +56,27 @@ impl ApiVersion {
     }
 }
 
-/// Where a TaskRun's steps come from.
+/// Where a TaskRun's steps come from, decided as Tekton's TaskRun reconciler decides it
+/// (`GetTaskData` and `GetTaskFunc` in `pkg/reconciler/taskrun/resources/taskref.go`): a
+/// `taskRef` with a `name` is a Task fetched by that name — through its `resolver` when it has
+/// one, else from the TaskRun's namespace, whatever its `kind` and `apiVersion` say (the
+/// reconciler reads neither); then an inline `taskSpec`; then a `taskRef` without a name, which
+/// goes to a resolver (its own, or the cluster's `default-resolver-type`, which Tekton's
+/// defaulting fills in).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum TaskSource {
     /// `spec.taskSpec` is inline: the steps are in the object.
     Inline,
     /// `spec.taskRef.name` names a Task in the TaskRun's namespace.
     LocalRef { name: String },
-    /// `spec.taskRef` goes through a resolver (git, bundles, hub, cluster, http, ...) or a
-    /// v1beta1 bundle: the steps are only known after remote resolution.
+    /// `spec.taskRef` goes through a resolver (git, bundles, hub, cluster, http, ...; `default`
+    /// when the cluster's default resolver will be filled in): the steps are only known after
+    /// remote resolution.
     RemoteRef { resolver: String },
-    /// `spec.taskRef` with `apiVersion` and `kind`: a custom task, no steps.
-    CustomTask { kind: String },
-    /// Neither `taskSpec` nor `taskRef` (Tekton rejects this itself).
+    /// Both `spec.taskRef` and `spec.taskSpec` (Tekton refuses the TaskRun: "expected exactly
+    /// one, got both").
+    Both,
+    /// Neither `taskSpec` nor `taskRef` (Tekton refuses this itself).
     Missing,
 }
 
@@ -169,38 +180,42 @@ impl<'a> TaskRunView<'a> {
     }
 
     pub fn task_source(&self) -> TaskSource {
-        if self.task_spec().is_some() {
-            return TaskSource::Inline;
-        }
-        let Some(task_ref) = self.spec().and_then(|s| s.get("taskRef")) else {
-            return TaskSource::Missing;
+        let task_ref = self
+            .spec()
+            .and_then(|s| s.get("taskRef"))
+            .filter(|r| !r.is_null());
+        let has_spec = self.task_spec().is_some();
+        let Some(task_ref) = task_ref else {
+            return if has_spec {
+                TaskSource::Inline
+            } else {
+                TaskSource::Missing
+            };
         };
+        if has_spec {
+            return TaskSource::Both;
+        }
+        if !task_ref.is_object() {
+            return TaskSource::Missing;
+        }
         let field = |k: &str| {
             task_ref
                 .get(k)
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
         };
-        if let (Some(_), Some(kind)) = (field("apiVersion"), field("kind")) {
-            return TaskSource::CustomTask {
-                kind: kind.to_owned(),
-            };
-        }
-        if let Some(resolver) = field("resolver") {
-            return TaskSource::RemoteRef {
+        // `kind`, `apiVersion` (and v1beta1's `bundle`, which Tekton refuses on CREATE and its
+        // conversion to v1 drops) never decide where the Task comes from.
+        match (field("name"), field("resolver")) {
+            (_, Some(resolver)) => TaskSource::RemoteRef {
                 resolver: resolver.to_owned(),
-            };
-        }
-        if field("bundle").is_some() {
-            return TaskSource::RemoteRef {
-                resolver: "bundle".to_owned(),
-            };
-        }
-        match field("name") {
-            Some(name) => TaskSource::LocalRef {
+            },
+            (Some(name), None) => TaskSource::LocalRef {
                 name: name.to_owned(),
             },
-            None => TaskSource::Missing,
+            (None, None) => TaskSource::RemoteRef {
+                resolver: "default".to_owned(),
+            },
         }
     }
 }
@@ -361,36 +376,55 @@ mod tests {
     }
 
     #[test]
-    fn task_source_distinguishes_inline_local_remote_custom() {
+    fn task_source_follows_tektons_reconciler() {
         let src = |spec: Value| {
             let obj = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": spec});
             TaskRunView::new(&obj).unwrap().task_source()
         };
+        let local = |name: &str| TaskSource::LocalRef { name: name.into() };
+        let remote = |resolver: &str| TaskSource::RemoteRef {
+            resolver: resolver.into(),
+        };
         assert_eq!(src(json!({"taskSpec": {"steps": []}})), TaskSource::Inline);
-        assert_eq!(
-            src(json!({"taskRef": {"name": "build"}})),
-            TaskSource::LocalRef {
-                name: "build".into()
-            }
-        );
+        assert_eq!(src(json!({"taskRef": {"name": "build"}})), local("build"));
+        // The reconciler reads neither kind nor apiVersion: still the local Task `build`.
+        for task_ref in [
+            json!({"name": "build", "kind": "Task", "apiVersion": "tekton.dev/v1"}),
+            json!({"name": "build", "kind": "Wait", "apiVersion": "example.dev/v1"}),
+            json!({"name": "build", "kind": "ClusterTask"}),
+            json!({"name": "build", "resolver": ""}),
+            // v1beta1 bundles: refused on CREATE, dropped by the conversion to v1.
+            json!({"name": "build", "bundle": "reg/x:1"}),
+        ] {
+            assert_eq!(
+                src(json!({"taskRef": task_ref})),
+                local("build"),
+                "{task_ref}"
+            );
+        }
         assert_eq!(
             src(json!({"taskRef": {"resolver": "git", "params": []}})),
-            TaskSource::RemoteRef {
-                resolver: "git".into()
-            }
+            remote("git")
         );
         assert_eq!(
-            src(json!({"taskRef": {"name": "x", "bundle": "reg/x:1"}})),
-            TaskSource::RemoteRef {
-                resolver: "bundle".into()
-            }
+            src(json!({"taskRef": {"name": "https://x/t.yaml", "resolver": "http"}})),
+            remote("http")
         );
+        // No name and no resolver: Tekton's defaulting fills in default-resolver-type.
         assert_eq!(
             src(json!({"taskRef": {"apiVersion": "example.dev/v1", "kind": "Wait"}})),
-            TaskSource::CustomTask {
-                kind: "Wait".into()
-            }
+            remote("default")
         );
+        assert_eq!(
+            src(json!({"taskRef": {"params": [{"name": "url", "value": "x"}]}})),
+            remote("default")
+        );
+        assert_eq!(
+            src(json!({"taskRef": {"name": "b"}, "taskSpec": {"steps": []}})),
+            TaskSource::Both
+        );
+        assert_eq!(src(json!({"taskRef": "build"})), TaskSource::Missing);
+        assert_eq!(src(json!({"taskRef": null})), TaskSource::Missing);
         assert_eq!(src(json!({})), TaskSource::Missing);
     }
 

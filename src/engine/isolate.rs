@@ -1,0 +1,287 @@
+//! Org steps run as their policy defines them, whatever the TaskRun's author sets that Tekton
+//! merges into every step (docs/tekton-notes.md, "What reaches every step"):
+//!
+//! - `taskSpec.stepTemplate` is written into the author's own steps exactly as Tekton's merge
+//!   would (`tekton::merge`), and removed, so the author's steps behave as before and org steps
+//!   inherit nothing; refused when a user step is a StepAction (`ref`), whose content Tekton
+//!   merges only when it builds the Pod;
+//! - `spec.stepSpecs` naming a reserved step, TaskRun-level `spec.computeResources`,
+//!   `podTemplate` `env`, `hostAliases`, `dnsConfig`, `dnsPolicy`, `hostNetwork` (unless equal to
+//!   the platform's `default-pod-template`), `spec.debug` breakpoints on reserved steps, and the
+//!   `experimental.tekton.dev/execution-mode: hermetic` annotation are refused;
+//! - a workspace mounted over a system directory, or one an org step runs from, is refused
+//!   (Tekton mounts workspaces into every step through the stepTemplate it makes when it builds
+//!   the Pod, at the path the author chose, verbatim).
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::Denial;
+use super::canonical::equivalent;
+use super::lookup::Lookup;
+use crate::policy::validate::clean_path;
+use crate::policy::{Policy, Settings};
+use crate::tekton::{self, ApiVersion, TaskRunView, merge};
+
+/// The annotation that makes Tekton set `TEKTON_HERMETIC=1` on every step (alpha), which drops
+/// each step's network, org steps' included.
+pub const EXECUTION_MODE_ANNOTATION: &str = "experimental.tekton.dev/execution-mode";
+
+/// Top-level directories no workspace may be mounted over while org steps run beside it: a
+/// mount there would replace what an org step's image runs (`/bin/sh`, its tools, its
+/// libraries, its CA certificates) with the author's files.
+const PROTECTED_DIRECTORIES: &[&str] = &[
+    "bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "opt", "proc", "root",
+    "run", "sbin", "srv", "sys", "tmp", "usr", "var", "tekton", "ko-app",
+];
+
+/// Refuses the TaskRun fields (outside its taskSpec) that would reach org steps. Called when
+/// Enforce policies put steps into the TaskRun on any path (inline, inlined, or a remote Task
+/// the dry-run mutation injects into).
+pub fn check_run_fields(
+    view: &TaskRunView<'_>,
+    settings: &Settings,
+    lookup: &dyn Lookup,
+) -> Result<(), Denial> {
+    let Some(spec) = view.spec() else {
+        return Ok(());
+    };
+    let prefix = settings.prefix.as_str();
+    let step_specs = match view.api_version {
+        ApiVersion::V1 => "stepSpecs",
+        ApiVersion::V1beta1 => "stepOverrides",
+    };
+    for (i, entry) in list(spec.get(step_specs)).iter().enumerate() {
+        if let Some(name) = entry
+            .get("name")
+            .and_then(Value::as_str)
+            .filter(|n| n.starts_with(prefix))
+        {
+            return Err(Denial::field(
+                format!("spec.{step_specs}[{i}].name"),
+                format!(
+                    "names bookend's step {name:?}: Tekton sets the compute resources of the step of that name from it, so the TaskRun would change an org step; remove the entry (org steps get the resources their policy gives them)"
+                ),
+            ));
+        }
+    }
+    if spec.get("computeResources").is_some_and(is_set) {
+        return Err(Denial::field(
+            "spec.computeResources",
+            "Tekton gives TaskRun-level compute resources to every step, org steps included (each gets the whole limit); set computeResources on your own steps instead, or name them in spec.stepSpecs",
+        ));
+    }
+    if let Some(debug) = spec.get("debug") {
+        for (i, step) in list(debug.pointer("/breakpoints/beforeSteps"))
+            .iter()
+            .enumerate()
+        {
+            if let Some(name) = step.as_str().filter(|n| n.starts_with(prefix)) {
+                return Err(Denial::field(
+                    format!("spec.debug.breakpoints.beforeSteps[{i}]"),
+                    format!(
+                        "a breakpoint before bookend's step {name:?} would hold org steps back; set breakpoints on your own steps only"
+                    ),
+                ));
+            }
+        }
+    }
+    if let Some(template) = spec.get("podTemplate").filter(|t| t.is_object()) {
+        check_pod_template(template, lookup.default_pod_template().as_ref())?;
+    }
+    check_annotations(
+        view.annotation(EXECUTION_MODE_ANNOTATION),
+        "metadata.annotations",
+    )
+}
+
+/// Refuses an execution-mode annotation that would drop org steps' network.
+pub fn check_annotations(execution_mode: Option<&str>, path: &str) -> Result<(), Denial> {
+    if execution_mode.is_some_and(|m| m.trim() == "hermetic") {
+        return Err(Denial::field(
+            format!("{path}[{EXECUTION_MODE_ANNOTATION:?}]"),
+            "hermetic execution mode makes Tekton take the network from every step, org steps included (they fetch and publish for the platform); remove the annotation",
+        ));
+    }
+    Ok(())
+}
+
+/// `podTemplate` fields Tekton applies to every step container (env) or to the whole Pod (name
+/// resolution, network), allowed only as the platform's `default-pod-template` sets them.
+fn check_pod_template(template: &Value, default: Option<&Value>) -> Result<(), Denial> {
+    let default_field = |key: &str| default.and_then(|d| d.get(key)).filter(|v| is_set(v));
+    let default_env = list(default_field("env"));
+    for (i, entry) in list(template.get("env")).iter().enumerate() {
+        let name = entry.get("name").and_then(Value::as_str).unwrap_or("");
+        if default_env.iter().any(|d| equivalent(d, entry)) {
+            continue;
+        }
+        return Err(Denial::field(
+            format!("spec.podTemplate.env[{i}]"),
+            format!(
+                "Tekton appends podTemplate env to every step, org steps included, after the step's own env (so it overrides what the policy sets); set {name:?} in your steps' env (or the Task's stepTemplate) instead"
+            ),
+        ));
+    }
+    for (key, why) in [
+        (
+            "hostAliases",
+            "decides what names resolve to for every container, org steps included (the hosts they fetch from and publish to)",
+        ),
+        (
+            "dnsConfig",
+            "decides how every container resolves names, org steps included (the hosts they fetch from and publish to)",
+        ),
+        (
+            "dnsPolicy",
+            "decides how every container resolves names, org steps included (the hosts they fetch from and publish to)",
+        ),
+        (
+            "hostNetwork",
+            "puts every container, org steps included, on the node's network",
+        ),
+    ] {
+        let Some(value) = template.get(key).filter(|v| is_set(v)) else {
+            continue;
+        };
+        if default_field(key).is_some_and(|d| equivalent(d, value)) {
+            continue;
+        }
+        return Err(Denial::field(
+            format!("spec.podTemplate.{key}"),
+            format!(
+                "{why}; remove it (a platform that needs it sets it in Tekton's default-pod-template)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The taskSpec members that reach org steps: refuses a workspace mounted where org steps would
+/// run the author's files, and a stepTemplate bookend cannot write into the author's steps.
+pub fn check_task_spec(
+    task_spec: &Value,
+    user: &[Value],
+    applied: &[&Policy],
+) -> Result<(), Denial> {
+    let protected = protected_directories(applied);
+    for (i, workspace) in list(task_spec.get("workspaces")).iter().enumerate() {
+        let Some(path) = workspace
+            .get("mountPath")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let field = format!("spec.taskSpec.workspaces[{i}].mountPath");
+        if path.contains("$(") {
+            return Err(Denial::field(
+                field,
+                format!(
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, so their mount path must be written out (no variables); leave mountPath out (/workspace/<name>) or write the path"
+                ),
+            ));
+        }
+        let clean = clean_path(path);
+        let top = clean
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or("");
+        if clean == "/" || clean == "/workspace" || protected.contains(top) {
+            return Err(Denial::field(
+                field,
+                format!(
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
+                    if clean == "/" {
+                        "/".to_owned()
+                    } else {
+                        format!("/{top}")
+                    }
+                ),
+            ));
+        }
+    }
+    if let Some(template) = task_spec.get("stepTemplate").filter(|t| is_set(t))
+        && template.is_object()
+        && let Some((i, step)) = user
+            .iter()
+            .enumerate()
+            .find(|(_, s)| s.get("ref").is_some_and(|r| !r.is_null()))
+    {
+        return Err(Denial::field(
+            "spec.taskSpec.stepTemplate",
+            format!(
+                "Tekton merges the stepTemplate into every step, org steps included; bookend writes it into your own steps instead, but cannot into step {i}{}, whose content comes from a StepAction (ref) when the Pod is built; move the stepTemplate's fields into the inline steps that need them",
+                tekton::step_name(step)
+                    .map(|n| format!(" ({n:?})"))
+                    .unwrap_or_default()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The author's steps with the taskSpec's stepTemplate written into each, as Tekton's merge
+/// would; `None` when there is no stepTemplate to write.
+pub fn materialise_step_template(
+    task_spec: &Value,
+    user: &[Value],
+    version: ApiVersion,
+) -> Option<Vec<Value>> {
+    let template = task_spec.get("stepTemplate").filter(|t| t.is_object())?;
+    Some(
+        user.iter()
+            .map(|step| merge::merge_step_template(template, step, version))
+            .collect(),
+    )
+}
+
+/// System directories, and the top-level directories org steps run from (their command, their
+/// working directory, their own mounts).
+fn protected_directories(applied: &[&Policy]) -> BTreeSet<String> {
+    let mut dirs = BTreeSet::new();
+    let top = |path: &str| {
+        path.strip_prefix('/')
+            .and_then(|p| p.split('/').next())
+            .filter(|t| !t.is_empty())
+            .map(str::to_owned)
+    };
+    for policy in applied {
+        // `/workspace` is where Tekton mounts workspaces by default: only an exact clash
+        // counts there (`check`), not the whole directory.
+        for step in policy.pre_steps.iter().chain(&policy.post_steps) {
+            let command = step
+                .get("command")
+                .and_then(|c| c.get(0))
+                .and_then(Value::as_str);
+            let working_dir = step.get("workingDir").and_then(Value::as_str);
+            dirs.extend(command.and_then(top));
+            dirs.extend(working_dir.and_then(top));
+            for mount in list(step.get("volumeMounts")) {
+                dirs.extend(mount.get("mountPath").and_then(Value::as_str).and_then(top));
+            }
+        }
+    }
+    dirs.remove("workspace");
+    dirs.extend(PROTECTED_DIRECTORIES.iter().map(|d| (*d).to_owned()));
+    dirs
+}
+
+fn list(value: Option<&Value>) -> &[Value] {
+    value
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+}
+
+/// Whether a member holds something (Go's zero values do not count).
+fn is_set(value: &Value) -> bool {
+    match value {
+        Value::Null | Value::Bool(false) => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        Value::Number(_) | Value::Bool(true) => true,
+    }
+}

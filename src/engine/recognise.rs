@@ -1,0 +1,291 @@
+//! What counts as bookend's own in a TaskRun: exactly what bookend would write for it now.
+//!
+//! A TaskRun whose steps carry no reserved-prefix name is all the author's. One that carries any
+//! is taken for bookend's earlier output (a re-invocation after Tekton's defaulting, the
+//! validating backstop, a copied spec) only if it is exactly that: its other steps, with what
+//! the `Always` construction did to them undone, composed again with the policies that apply now,
+//! give back every step in its place (compared as Tekton's defaulting leaves them). Anything
+//! else is a denial naming the first step that differs, never a silent drop.
+//!
+//! Nothing the author writes decides it. The `bookend.dev/injected` record only suggests which
+//! user steps bookend set to `onError: continue` (the one thing the composition cannot tell by
+//! itself), and a suggestion is checked like every other reading: by composing again.
+
+use std::collections::BTreeSet;
+
+use serde_json::Value;
+
+use super::Denial;
+use super::canonical::{canonical, equivalent};
+use super::inject::{self, Composed, ParamValues, StepKind, user_step_key};
+use super::record::Record;
+use super::reindex;
+use crate::policy::{Policy, PostStepsRun, Settings};
+use crate::tekton::{self, ApiVersion};
+
+/// The author's steps of a TaskRun.
+#[derive(Debug)]
+pub struct Recognised {
+    /// The author's steps, as they were before bookend composed them.
+    pub user: Vec<Value>,
+    /// Whether the TaskRun carried bookend's steps.
+    pub injected: bool,
+}
+
+/// Which user steps bookend set to `onError: continue`, in one reading of a composed list.
+enum Continued {
+    /// Those the record names (by name, or `#<ordinal>`).
+    Listed(BTreeSet<String>),
+    /// Every user step that reads `continue` (an `Always` policy applies, so bookend sets it on
+    /// every user step that did not already have it).
+    All,
+    /// None (the author wrote every `continue`).
+    None,
+}
+
+/// Where a reading of the steps stops agreeing with the composition.
+struct Mismatch {
+    index: usize,
+}
+
+/// Separates the author's steps from bookend's in `steps`, for the `applied` policies (in
+/// evaluation order). `hint` is the TaskRun's record, if it has one that parses.
+pub fn recognise(
+    steps: &[Value],
+    applied: &[&Policy],
+    settings: &Settings,
+    version: ApiVersion,
+    params: &ParamValues<'_>,
+    hint: Option<&Record>,
+) -> Result<Recognised, Denial> {
+    let prefix = settings.prefix.as_str();
+    let reserved = |s: &Value| tekton::step_name(s).is_some_and(|n| n.starts_with(prefix));
+    if !steps.iter().any(reserved) {
+        return Ok(Recognised {
+            user: steps.to_vec(),
+            injected: false,
+        });
+    }
+    let always = applied
+        .iter()
+        .any(|p| p.spec.post_steps_run == PostStepsRun::Always && !p.post_steps.is_empty());
+    let mut readings = Vec::with_capacity(3);
+    if let Some(record) = hint {
+        readings.push(Continued::Listed(
+            record.continued.iter().cloned().collect(),
+        ));
+    }
+    if always {
+        readings.push(Continued::All);
+    }
+    readings.push(Continued::None);
+
+    let mut closest: Option<(Mismatch, Composed)> = None;
+    for reading in &readings {
+        let user = undo(steps, settings, reading);
+        let composed = inject::compose(user.clone(), applied, settings, version, params);
+        match first_difference(steps, &composed, settings) {
+            None => {
+                return Ok(Recognised {
+                    user,
+                    injected: true,
+                });
+            }
+            Some(m) => {
+                if closest.as_ref().is_none_or(|(c, _)| m.index > c.index) {
+                    closest = Some((m, composed));
+                }
+            }
+        }
+    }
+    let (mismatch, composed) = closest.expect("at least one reading was tried");
+    Err(explain(
+        steps,
+        &composed,
+        mismatch.index,
+        applied,
+        settings,
+        hint,
+    ))
+}
+
+/// The user steps of `steps` (the ones without the reserved prefix) with bookend's gate
+/// conditions removed, `onError: continue` removed where `continued` says bookend set it, and
+/// index references mapped back to the user's own list.
+fn undo(steps: &[Value], settings: &Settings, continued: &Continued) -> Vec<Value> {
+    let prefix = settings.prefix.as_str();
+    let mut user = Vec::with_capacity(steps.len());
+    let mut kept_index = vec![None; steps.len()];
+    for (i, step) in steps.iter().enumerate() {
+        if tekton::step_name(step).is_some_and(|n| n.starts_with(prefix)) {
+            continue;
+        }
+        kept_index[i] = Some(user.len());
+        user.push(step.clone());
+    }
+    for (ordinal, step) in user.iter_mut().enumerate() {
+        inject::remove_gate_whens(settings, step);
+        let was_continued = match continued {
+            Continued::Listed(keys) => keys.contains(&user_step_key(step, ordinal)),
+            Continued::All => true,
+            Continued::None => false,
+        };
+        if was_continued
+            && step.get("onError").and_then(Value::as_str) == Some("continue")
+            && let Some(obj) = step.as_object_mut()
+        {
+            obj.remove("onError");
+        }
+    }
+    let map = |i: usize| kept_index.get(i).copied().flatten();
+    for step in &mut user {
+        reindex::rewrite(step, &map);
+    }
+    user
+}
+
+/// The first index where `steps` and the composition differ (compared as Tekton's defaulting
+/// leaves steps; a helper step may also be in the form an earlier release wrote, so that an
+/// upgrade does not refuse what an older replica injected).
+fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -> Option<Mismatch> {
+    let mut helpers = composed.checks.iter();
+    for i in 0..steps.len().max(composed.steps.len()) {
+        let (Some(actual), Some(expected)) = (steps.get(i), composed.steps.get(i)) else {
+            return Some(Mismatch { index: i });
+        };
+        let same = match composed.kinds[i] {
+            StepKind::Gate | StepKind::Verdict => {
+                let spec = helpers.next().expect("one check per helper");
+                equivalent(actual, expected)
+                    || tekton::step_name(expected).is_some_and(|name| {
+                        equivalent(actual, &inject::legacy_helper_step(settings, name, spec))
+                    })
+            }
+            _ => equivalent(actual, expected),
+        };
+        if !same {
+            return Some(Mismatch { index: i });
+        }
+    }
+    None
+}
+
+/// Who injects the step at `index` of the composition.
+fn injector(composed: &Composed, index: usize, applied: &[&Policy]) -> Option<String> {
+    match composed.kinds.get(index)? {
+        StepKind::Pre(p) | StepKind::Post(p) => Some(applied[*p].id.to_string()),
+        StepKind::Gate | StepKind::Verdict => Some("bookend (postStepsRun: Always)".to_owned()),
+        StepKind::User(_) => None,
+    }
+}
+
+/// The denial for a TaskRun whose reserved-prefix steps are not what bookend would write.
+fn explain(
+    steps: &[Value],
+    composed: &Composed,
+    index: usize,
+    applied: &[&Policy],
+    settings: &Settings,
+    hint: Option<&Record>,
+) -> Denial {
+    const FIX: &str = "create the TaskRun from its own definition, without the steps whose names start with the reserved prefix (bookend injects those), or rename your step";
+    let prefix = settings.prefix.as_str();
+    let actual = steps.get(index);
+    let expected = composed.steps.get(index);
+    let actual_name = actual.and_then(tekton::step_name);
+    let path = format!("spec.taskSpec.steps[{index}]");
+    let stale = stale_note(hint, applied);
+    let message = match (actual, actual_name) {
+        (Some(step), Some(name)) if name.starts_with(prefix) => {
+            let position = composed
+                .steps
+                .iter()
+                .position(|s| tekton::step_name(s) == Some(name));
+            match position {
+                None => format!(
+                    "step {name:?} uses the reserved prefix {prefix:?}, but no policy that applies to this TaskRun injects a step of that name{stale}; {FIX}"
+                ),
+                Some(at) if at != index => format!(
+                    "step {name:?} is one that {} injects, but not where bookend puts it (step {at} of {}){stale}; {FIX}",
+                    injector(composed, at, applied).unwrap_or_default(),
+                    composed.steps.len()
+                ),
+                Some(_) => format!(
+                    "step {name:?} differs from what {} injects ({}){stale}; {FIX}",
+                    injector(composed, index, applied).unwrap_or_default(),
+                    difference(step, expected.expect("a step at this index"))
+                ),
+            }
+        }
+        _ => match expected {
+            Some(exp) if injector(composed, index, applied).is_some() => format!(
+                "the TaskRun carries steps with the reserved prefix {prefix:?}, but not {:?} ({}) where bookend puts it{stale}; {FIX}",
+                tekton::step_name(exp).unwrap_or_default(),
+                injector(composed, index, applied).unwrap_or_default()
+            ),
+            Some(exp) => format!(
+                "the TaskRun carries steps with the reserved prefix {prefix:?}, but its own step {:?} is not as bookend leaves it ({}){stale}; {FIX}",
+                actual_name.unwrap_or(""),
+                actual.map_or_else(String::new, |a| difference(a, exp))
+            ),
+            None => format!(
+                "the TaskRun carries steps with the reserved prefix {prefix:?} that no policy applying to it injects{stale}; {FIX}"
+            ),
+        },
+    };
+    Denial::field(
+        if actual_name.is_some_and(|n| n.starts_with(prefix)) {
+            format!("{path}.name")
+        } else {
+            path
+        },
+        message,
+    )
+}
+
+/// What the record says about policy versions, when it names a version that is not the current
+/// one (the likely reason a copied TaskRun no longer matches).
+fn stale_note(hint: Option<&Record>, applied: &[&Policy]) -> String {
+    let Some(record) = hint else {
+        return String::new();
+    };
+    for entry in &record.policies {
+        let current = applied.iter().find(|p| p.id.to_string() == entry.policy);
+        match current {
+            Some(p) if p.hash != entry.hash => {
+                return format!(
+                    " (its bookend.dev/injected record names version {} of {}, which is now {})",
+                    entry.hash, entry.policy, p.hash
+                );
+            }
+            None => {
+                return format!(
+                    " (its bookend.dev/injected record names {}, which does not apply to it now)",
+                    entry.policy
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    String::new()
+}
+
+/// The first member in which two steps differ, in words.
+fn difference(actual: &Value, expected: &Value) -> String {
+    let (a, e) = (canonical(actual), canonical(expected));
+    let keys: BTreeSet<&String> = a
+        .as_object()
+        .into_iter()
+        .chain(e.as_object())
+        .flat_map(|m| m.keys())
+        .collect();
+    for key in keys {
+        match (a.get(key), e.get(key)) {
+            (Some(_), None) => return format!("it has {key}, which the definition does not"),
+            (None, Some(_)) => return format!("it lacks {key}"),
+            (Some(x), Some(y)) if x != y => return format!("its {key} differs"),
+            _ => {}
+        }
+    }
+    "it differs".to_owned()
+}
