@@ -353,13 +353,13 @@ pub(super) fn seal(
     let hint = record_text.and_then(Record::parse);
     let params = params_of(&view, task_spec);
     let recognised = recognise(steps, applied, settings, version, &params, hint.as_ref())?;
-    if let Some(p) = first {
-        if recognised.user.is_empty() {
-            return Err(Denial::policy(
-                p,
-                "spec.taskSpec.steps: the TaskRun has no steps of its own (Tekton needs at least one); add the steps it is meant to run",
-            ));
-        }
+    if let Some(p) = first
+        && recognised.user.is_empty()
+    {
+        return Err(Denial::policy(
+            p,
+            "spec.taskSpec.steps: the TaskRun has no steps of its own (Tekton needs at least one); add the steps it is meant to run",
+        ));
     }
     let materialised = if first.is_some() {
         isolate::materialise_step_template(task_spec, &recognised.user, version)
