@@ -472,18 +472,19 @@ async fn null_where_objects_are_expected() {
         (
             "spec: null",
             sample_with(|r| r["request"]["object"]["spec"] = Value::Null),
-            Expect::AllowedUnchanged,
+            // A policy applies, and its steps have nowhere to go: refused, never skipped.
+            Expect::Denied("neither an inline spec.taskSpec nor a spec.taskRef"),
         ),
         (
             "taskSpec: null",
             sample_with(|r| r["request"]["object"]["spec"]["taskSpec"] = Value::Null),
-            Expect::AllowedUnchanged,
+            Expect::Denied("neither an inline spec.taskSpec nor a spec.taskRef"),
         ),
         (
             "steps: null",
             sample_with(|r| r["request"]["object"]["spec"]["taskSpec"]["steps"] = Value::Null),
-            // No user steps: Tekton refuses the TaskRun itself; bookend does not make it valid.
-            Expect::AllowedUnchanged,
+            // No user steps: refused (Tekton would refuse it too), never admitted unchanged.
+            Expect::Denied("the TaskRun has no steps of its own"),
         ),
         (
             "a step: null",
@@ -536,8 +537,8 @@ async fn wrong_types() {
             sample_with(|r| {
                 r["request"]["object"]["spec"]["taskSpec"]["steps"] = json!({"name": "x"})
             }),
-            // Not a list: no user steps, as for `steps: null`.
-            Expect::AllowedUnchanged,
+            // Not a list: refused with the field (Tekton would refuse it too).
+            Expect::Denied("spec.taskSpec.steps: must be a list of steps"),
         ),
         (
             "a step name a number",
@@ -689,9 +690,7 @@ async fn a_taskrun_with_every_optional_field() {
         "/spec/podTemplate",
         "/spec/params",
         "/spec/workspaces",
-        "/spec/computeResources",
         "/spec/taskSpec/sidecars",
-        "/spec/taskSpec/stepTemplate",
         "/spec/taskSpec/results",
         "/spec/x-unknown-field",
         "/metadata/annotations/keep",
@@ -702,19 +701,41 @@ async fn a_taskrun_with_every_optional_field() {
             "{pointer}"
         );
     }
-    // The user's steps keep their order and content.
+    // The user's steps keep their order and content, with the stepTemplate written into them
+    // (as Tekton merges it) so that org steps inherit nothing of it.
+    assert!(patched.pointer("/spec/taskSpec/stepTemplate").is_none());
     let user: Vec<&Value> = patched["spec"]["taskSpec"]["steps"]
         .as_array()
         .unwrap()
         .iter()
         .filter(|s| !s["name"].as_str().unwrap().starts_with("bookend-"))
         .collect();
-    let sent: Vec<&Value> = object["spec"]["taskSpec"]["steps"]
+    let template = &object["spec"]["taskSpec"]["stepTemplate"];
+    let sent: Vec<Value> = object["spec"]["taskSpec"]["steps"]
         .as_array()
         .unwrap()
         .iter()
+        .map(|s| {
+            bookend::tekton::merge::merge_step_template(
+                template,
+                s,
+                bookend::tekton::ApiVersion::V1,
+            )
+        })
         .collect();
-    assert_eq!(user, sent);
+    assert_eq!(user, sent.iter().collect::<Vec<_>>());
+
+    // TaskRun-level compute resources would reach org steps: refused, with the field.
+    let mut with_resources = object.clone();
+    with_resources["spec"]["computeResources"] = json!({"requests": {"cpu": "1"}});
+    row(
+        "TaskRun-level computeResources",
+        body(&create_review("team-a", with_resources)),
+        Expect::Denied(
+            "spec.computeResources: Tekton gives TaskRun-level compute resources to every step",
+        ),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -795,7 +816,6 @@ spec:
   workspaces:
     - {name: src, emptyDir: {}}
     - {name: cfg, configMap: {name: c}}
-  computeResources: {requests: {cpu: "1"}}
   stepSpecs: [{name: build, computeResources: {requests: {memory: 1Gi}}}]
   sidecarSpecs: [{name: sc, computeResources: {requests: {memory: 1Gi}}}]
   podTemplate:

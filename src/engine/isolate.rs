@@ -213,7 +213,7 @@ pub fn check_task_spec(
         return Err(Denial::field(
             "spec.taskSpec.stepTemplate",
             format!(
-                "Tekton merges the stepTemplate into every step, org steps included; bookend writes it into your own steps instead, but cannot into step {i}{}, whose content comes from a StepAction (ref) when the Pod is built; move the stepTemplate's fields into the inline steps that need them",
+                "Tekton merges the stepTemplate into every step, org steps included; bookend writes it into your own steps instead, but cannot into step {i}{}, whose content comes from a StepAction (ref): Tekton merges the stepTemplate into it only when it builds the Pod; give the StepAction what it needs (its params) and move the rest into the inline steps",
                 tekton::step_name(step)
                     .map(|n| format!(" ({n:?})"))
                     .unwrap_or_default()

@@ -366,7 +366,7 @@ pub(super) fn seal(
     } else {
         None
     };
-    let unchanged = recognised.injected && materialised.is_none();
+    let unchanged = recognised.in_place && materialised.is_none();
     let task_spec_checks = first.map(|_| {
         // Read of the user's own steps before they are composed (and moved).
         isolate::check_task_spec(task_spec, &recognised.user, applied)

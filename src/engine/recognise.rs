@@ -1,11 +1,14 @@
 //! What counts as bookend's own in a TaskRun: exactly what bookend would write for it now.
 //!
 //! A TaskRun whose steps carry no reserved-prefix name is all the author's. One that carries any
-//! is taken for bookend's earlier output (a re-invocation after Tekton's defaulting, the
-//! validating backstop, a copied spec) only if it is exactly that: its other steps, with what
-//! the `Always` construction did to them undone, composed again with the policies that apply now,
-//! give back every step in its place (compared as Tekton's defaulting leaves them). Anything
-//! else is a denial naming the first step that differs, never a silent drop.
+//! is taken for bookend's earlier output (a re-invocation after Tekton's defaulting or after
+//! another webhook, the validating backstop, a copied spec) only if its reserved-prefix steps
+//! are exactly what bookend writes for it now: its other steps, with what the `Always`
+//! construction did to them undone, composed again with the policies that apply now, give back
+//! the same reserved-prefix steps, in the same order, each as bookend writes it (compared as
+//! Tekton's defaulting leaves them). Where the author's steps stand among them does not matter:
+//! bookend puts them back between the org's (a later webhook may have added a step first).
+//! Anything else is a denial naming the first step that differs, never a silent drop.
 //!
 //! Nothing the author writes decides it. The `bookend.dev/injected` record only suggests which
 //! user steps bookend set to `onError: continue` (the one thing the composition cannot tell by
@@ -30,6 +33,8 @@ pub struct Recognised {
     pub user: Vec<Value>,
     /// Whether the TaskRun carried bookend's steps.
     pub injected: bool,
+    /// Whether the steps are, in place, exactly what bookend composes for them now.
+    pub in_place: bool,
 }
 
 /// Which user steps bookend set to `onError: continue`, in one reading of a composed list.
@@ -43,9 +48,14 @@ enum Continued {
     None,
 }
 
-/// Where a reading of the steps stops agreeing with the composition.
+/// Where a reading of the steps stops agreeing with the composition: the reserved-prefix step
+/// of the TaskRun (its index) and of the composition (its index) that differ; `None` where one
+/// list has no more of them.
 struct Mismatch {
-    index: usize,
+    actual: Option<usize>,
+    expected: Option<usize>,
+    /// How many reserved-prefix steps agreed before it.
+    agreed: usize,
 }
 
 /// Separates the author's steps from bookend's in `steps`, for the `applied` policies (in
@@ -64,6 +74,7 @@ pub fn recognise(
         return Ok(Recognised {
             user: steps.to_vec(),
             injected: false,
+            in_place: false,
         });
     }
     let always = applied
@@ -86,13 +97,19 @@ pub fn recognise(
         let composed = inject::compose(user.clone(), applied, settings, version, params);
         match first_difference(steps, &composed, settings) {
             None => {
+                let in_place = steps.len() == composed.steps.len()
+                    && steps
+                        .iter()
+                        .zip(&composed.steps)
+                        .all(|(a, b)| same_place(a, b, prefix));
                 return Ok(Recognised {
                     user,
                     injected: true,
+                    in_place,
                 });
             }
             Some(m) => {
-                if closest.as_ref().is_none_or(|(c, _)| m.index > c.index) {
+                if closest.as_ref().is_none_or(|(c, _)| m.agreed > c.agreed) {
                     closest = Some((m, composed));
                 }
             }
@@ -100,12 +117,7 @@ pub fn recognise(
     }
     let (mismatch, composed) = closest.expect("at least one reading was tried");
     Err(explain(
-        steps,
-        &composed,
-        mismatch.index,
-        applied,
-        settings,
-        hint,
+        steps, &composed, &mismatch, applied, settings, hint,
     ))
 }
 
@@ -144,30 +156,68 @@ fn undo(steps: &[Value], settings: &Settings, continued: &Continued) -> Vec<Valu
     user
 }
 
-/// The first index where `steps` and the composition differ (compared as Tekton's defaulting
-/// leaves steps; a helper step may also be in the form an earlier release wrote, so that an
-/// upgrade does not refuse what an older replica injected).
+/// The first reserved-prefix step where `steps` and the composition differ (compared as
+/// Tekton's defaulting leaves steps; a helper step may also be in the form an earlier release
+/// wrote, so that an upgrade does not refuse what an older replica injected).
 fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -> Option<Mismatch> {
+    let prefix = settings.prefix.as_str();
+    let mut actual = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| is_reserved(s, prefix))
+        .map(|(i, _)| i);
     let mut helpers = composed.checks.iter();
-    for i in 0..steps.len().max(composed.steps.len()) {
-        let (Some(actual), Some(expected)) = (steps.get(i), composed.steps.get(i)) else {
-            return Some(Mismatch { index: i });
+    let mut expected = composed
+        .kinds
+        .iter()
+        .enumerate()
+        .filter(|(_, k)| !matches!(k, StepKind::User(_)))
+        .map(|(i, k)| {
+            let helper = matches!(k, StepKind::Gate | StepKind::Verdict)
+                .then(|| helpers.next().expect("one check per helper"));
+            (i, helper)
+        });
+    let mut agreed = 0;
+    loop {
+        let (a, e) = (actual.next(), expected.next());
+        let (Some(a), Some((e, helper))) = (a, e) else {
+            return (a.is_some() || e.is_some()).then(|| Mismatch {
+                actual: a,
+                expected: e.map(|(e, _)| e),
+                agreed,
+            });
         };
-        let same = match composed.kinds[i] {
-            StepKind::Gate | StepKind::Verdict => {
-                let spec = helpers.next().expect("one check per helper");
-                equivalent(actual, expected)
-                    || tekton::step_name(expected).is_some_and(|name| {
-                        equivalent(actual, &inject::legacy_helper_step(settings, name, spec))
-                    })
-            }
-            _ => equivalent(actual, expected),
-        };
+        let (step, want) = (&steps[a], &composed.steps[e]);
+        let same = equivalent(step, want)
+            || helper.is_some_and(|spec| {
+                tekton::step_name(want).is_some_and(|name| {
+                    equivalent(step, &inject::legacy_helper_step(settings, name, spec))
+                })
+            });
         if !same {
-            return Some(Mismatch { index: i });
+            return Some(Mismatch {
+                actual: Some(a),
+                expected: Some(e),
+                agreed,
+            });
         }
+        agreed += 1;
     }
-    None
+}
+
+fn is_reserved(step: &Value, prefix: &str) -> bool {
+    tekton::step_name(step).is_some_and(|n| n.starts_with(prefix))
+}
+
+/// Whether a step stands where the composition has it: a reserved-prefix step opposite a
+/// reserved-prefix step (their content was compared already), a user step opposite the same
+/// user step.
+fn same_place(actual: &Value, composed: &Value, prefix: &str) -> bool {
+    match (is_reserved(actual, prefix), is_reserved(composed, prefix)) {
+        (true, true) => true,
+        (false, false) => equivalent(actual, composed),
+        _ => false,
+    }
 }
 
 /// Who injects the step at `index` of the composition.
@@ -183,64 +233,53 @@ fn injector(composed: &Composed, index: usize, applied: &[&Policy]) -> Option<St
 fn explain(
     steps: &[Value],
     composed: &Composed,
-    index: usize,
+    mismatch: &Mismatch,
     applied: &[&Policy],
     settings: &Settings,
     hint: Option<&Record>,
 ) -> Denial {
     const FIX: &str = "create the TaskRun from its own definition, without the steps whose names start with the reserved prefix (bookend injects those), or rename your step";
     let prefix = settings.prefix.as_str();
-    let actual = steps.get(index);
-    let expected = composed.steps.get(index);
-    let actual_name = actual.and_then(tekton::step_name);
-    let path = format!("spec.taskSpec.steps[{index}]");
     let stale = stale_note(hint, applied);
-    let message = match (actual, actual_name) {
-        (Some(step), Some(name)) if name.starts_with(prefix) => {
-            let position = composed
-                .steps
-                .iter()
-                .position(|s| tekton::step_name(s) == Some(name));
-            match position {
-                None => format!(
-                    "step {name:?} uses the reserved prefix {prefix:?}, but no policy that applies to this TaskRun injects a step of that name{stale}; {FIX}"
-                ),
-                Some(at) if at != index => format!(
-                    "step {name:?} is one that {} injects, but not where bookend puts it (step {at} of {}){stale}; {FIX}",
-                    injector(composed, at, applied).unwrap_or_default(),
-                    composed.steps.len()
-                ),
-                Some(_) => format!(
-                    "step {name:?} differs from what {} injects ({}){stale}; {FIX}",
-                    injector(composed, index, applied).unwrap_or_default(),
-                    difference(step, expected.expect("a step at this index"))
-                ),
-            }
-        }
-        _ => match expected {
-            Some(exp) if injector(composed, index, applied).is_some() => format!(
-                "the TaskRun carries steps with the reserved prefix {prefix:?}, but not {:?} ({}) where bookend puts it{stale}; {FIX}",
-                tekton::step_name(exp).unwrap_or_default(),
-                injector(composed, index, applied).unwrap_or_default()
+    let Some(a) = mismatch.actual else {
+        let e = mismatch.expected.expect("one side of a mismatch is a step");
+        return Denial::field(
+            "spec.taskSpec.steps",
+            format!(
+                "the TaskRun carries steps with the reserved prefix {prefix:?}, but not {:?}, which {} injects{stale}; {FIX}",
+                tekton::step_name(&composed.steps[e]).unwrap_or_default(),
+                injector(composed, e, applied).unwrap_or_default()
             ),
-            Some(exp) => format!(
-                "the TaskRun carries steps with the reserved prefix {prefix:?}, but its own step {:?} is not as bookend leaves it ({}){stale}; {FIX}",
-                actual_name.unwrap_or(""),
-                actual.map_or_else(String::new, |a| difference(a, exp))
-            ),
-            None => format!(
-                "the TaskRun carries steps with the reserved prefix {prefix:?} that no policy applying to it injects{stale}; {FIX}"
-            ),
-        },
+        );
     };
-    Denial::field(
-        if actual_name.is_some_and(|n| n.starts_with(prefix)) {
-            format!("{path}.name")
-        } else {
-            path
-        },
-        message,
-    )
+    let step = &steps[a];
+    let name = tekton::step_name(step).unwrap_or_default();
+    let at = composed
+        .steps
+        .iter()
+        .position(|s| tekton::step_name(s) == Some(name));
+    let message = match (at, mismatch.expected) {
+        (None, _) => format!(
+            "step {name:?} uses the reserved prefix {prefix:?}, but no policy that applies to this TaskRun injects a step of that name{stale}; {FIX}"
+        ),
+        (Some(at), Some(e)) if at == e => format!(
+            "step {name:?} differs from what {} injects ({}){stale}; {FIX}",
+            injector(composed, e, applied).unwrap_or_default(),
+            difference(step, &composed.steps[e])
+        ),
+        (Some(at), expected) => format!(
+            "step {name:?} is one that {} injects, but not in the order bookend puts its steps ({}){stale}; {FIX}",
+            injector(composed, at, applied).unwrap_or_default(),
+            match expected {
+                Some(e) => format!(
+                    "{:?} comes first",
+                    tekton::step_name(&composed.steps[e]).unwrap_or_default()
+                ),
+                None => "it comes once".to_owned(),
+            }
+        ),
+    };
+    Denial::field(format!("spec.taskSpec.steps[{a}].name"), message)
 }
 
 /// What the record says about policy versions, when it names a version that is not the current

@@ -256,7 +256,9 @@ fn a_later_webhooks_edits_are_not_clobbered() {
     edited["spec"]["taskSpec"]["steps"][2]["env"] = json!([{"name": "FROM_OTHER", "value": "1"}]);
     assert_settled(&set, &edited);
     // A step put before the org's pre-steps (by the author, or by a webhook after bookend's):
-    // the steps are no longer what bookend writes, and nothing is dropped or moved silently.
+    // bookend's steps are still exactly its own, so they go around it again. With Always the
+    // gates check steps by index, so the inserted step makes them no longer bookend's: refused,
+    // nothing dropped or moved silently.
     let mut before = edited.clone();
     before["spec"]["taskSpec"]["steps"]
         .as_array_mut()
@@ -265,11 +267,17 @@ fn a_later_webhooks_edits_are_not_clobbered() {
             0,
             json!({"name": "other-webhook", "image": "alpine", "args": ["x"]}),
         );
-    let m = denied(&set, &before, "spec.taskSpec.steps[0]");
-    assert!(
-        m.contains("not where bookend puts it") || m.contains("where bookend puts it"),
-        "{m}"
-    );
+    let m = denied(&set, &before, "spec.taskSpec.steps[");
+    assert!(m.contains("bookend-gate-"), "{m}");
+    let set = policies(PRE_POST);
+    let mut admitted = run(&set, &build_taskrun()).object;
+    admitted["spec"]["taskSpec"]["steps"]
+        .as_array_mut()
+        .unwrap()
+        .insert(0, json!({"name": "other-webhook", "image": "alpine"}));
+    let again = assert_converges(&set, &admitted);
+    assert_eq!(names(&again)[0], "bookend-outer-pre");
+    assert!(names(&again).contains(&"other-webhook".to_owned()));
 }
 
 #[test]
