@@ -489,7 +489,7 @@ async fn null_where_objects_are_expected() {
         (
             "a step: null",
             sample_with(|r| r["request"]["object"]["spec"]["taskSpec"]["steps"][1] = Value::Null),
-            Expect::Mutated,
+            Expect::Denied("spec.taskSpec.steps[1]: must be a step (an object)"),
         ),
         (
             "labels: null",
