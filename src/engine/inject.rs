@@ -68,7 +68,7 @@ fn gate_input(name: &str) -> String {
 }
 
 /// Whether a `when` entry is one of bookend's gate conditions.
-fn is_gate_when(settings: &Settings, when: &Value) -> bool {
+pub(super) fn is_gate_when(settings: &Settings, when: &Value) -> bool {
     when.get("input")
         .and_then(Value::as_str)
         .and_then(|s| s.strip_prefix("$(steps."))

@@ -31,8 +31,6 @@ use crate::tekton::{self, ApiVersion};
 pub struct Recognised {
     /// The author's steps, as they were before bookend composed them.
     pub user: Vec<Value>,
-    /// Whether the TaskRun carried bookend's steps.
-    pub injected: bool,
     /// Whether the steps are, in place, exactly what bookend composes for them now.
     pub in_place: bool,
 }
@@ -71,9 +69,23 @@ pub fn recognise(
     let prefix = settings.prefix.as_str();
     let reserved = |s: &Value| tekton::step_name(s).is_some_and(|n| n.starts_with(prefix));
     if !steps.iter().any(reserved) {
+        // A condition on one of bookend's gates is bookend's to write: on the author's own step
+        // it could not be told from bookend's on the next pass.
+        for (i, step) in steps.iter().enumerate() {
+            let whens = step.get("when").and_then(Value::as_array);
+            if let Some(j) =
+                whens.and_then(|w| w.iter().position(|w| inject::is_gate_when(settings, w)))
+            {
+                return Err(Denial::field(
+                    format!("spec.taskSpec.steps[{i}].when[{j}]"),
+                    format!(
+                        "a condition on a result of bookend's gate steps ({prefix}gate-<n>), which are bookend's to write and to condition steps on; remove it"
+                    ),
+                ));
+            }
+        }
         return Ok(Recognised {
             user: steps.to_vec(),
-            injected: false,
             in_place: false,
         });
     }
@@ -102,11 +114,7 @@ pub fn recognise(
                         .iter()
                         .zip(&composed.steps)
                         .all(|(a, b)| same_place(a, b, prefix));
-                return Ok(Recognised {
-                    user,
-                    injected: true,
-                    in_place,
-                });
+                return Ok(Recognised { user, in_place });
             }
             Some(m) => {
                 if closest.as_ref().is_none_or(|(c, _)| m.agreed > c.agreed) {
@@ -156,7 +164,8 @@ fn undo(steps: &[Value], settings: &Settings, continued: &Continued) -> Vec<Valu
     user
 }
 
-/// The first reserved-prefix step where `steps` and the composition differ (compared as
+/// The first step where `steps` and the composition differ, comparing the reserved-prefix
+/// steps with each other in order, and the author's steps with each other in order (compared as
 /// Tekton's defaulting leaves steps; a helper step may also be in the form an earlier release
 /// wrote, so that an upgrade does not refuse what an older replica injected).
 fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -> Option<Mismatch> {
@@ -181,11 +190,14 @@ fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -
     loop {
         let (a, e) = (actual.next(), expected.next());
         let (Some(a), Some((e, helper))) = (a, e) else {
-            return (a.is_some() || e.is_some()).then(|| Mismatch {
-                actual: a,
-                expected: e.map(|(e, _)| e),
-                agreed,
-            });
+            if a.is_some() || e.is_some() {
+                return Some(Mismatch {
+                    actual: a,
+                    expected: e.map(|(e, _)| e),
+                    agreed,
+                });
+            }
+            break;
         };
         let (step, want) = (&steps[a], &composed.steps[e]);
         let same = equivalent(step, want)
@@ -203,6 +215,27 @@ fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -
         }
         agreed += 1;
     }
+    // The author's steps carry exactly bookend's conditions and `onError` changes, no other.
+    let user_actual = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !is_reserved(s, prefix));
+    let user_expected = composed
+        .steps
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| matches!(composed.kinds[*i], StepKind::User(_)));
+    for ((a, step), (e, want)) in user_actual.zip(user_expected) {
+        if !equivalent(step, want) {
+            return Some(Mismatch {
+                actual: Some(a),
+                expected: Some(e),
+                agreed,
+            });
+        }
+        agreed += 1;
+    }
+    None
 }
 
 fn is_reserved(step: &Value, prefix: &str) -> bool {
@@ -254,6 +287,18 @@ fn explain(
     };
     let step = &steps[a];
     let name = tekton::step_name(step).unwrap_or_default();
+    if !name.starts_with(prefix) {
+        let e = mismatch
+            .expected
+            .expect("the author's steps are compared in pairs");
+        return Denial::field(
+            format!("spec.taskSpec.steps[{a}]"),
+            format!(
+                "the TaskRun carries steps with the reserved prefix {prefix:?}, but its own step {name:?} is not as bookend leaves it ({}){stale}; {FIX}",
+                difference(step, &composed.steps[e])
+            ),
+        );
+    }
     let at = composed
         .steps
         .iter()

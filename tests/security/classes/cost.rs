@@ -1,0 +1,1 @@
+//! Class 6: cost. See `invariant.rs` for sizes; this file holds the linear-work checks.

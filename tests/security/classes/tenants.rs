@@ -1,0 +1,1 @@
+//! Class 5: tenants (filled in with the policy-set changes).

