@@ -3,6 +3,9 @@
 
 use serde_json::{Map, Value};
 
+/// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
+pub mod merge;
+
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
 /// Label Tekton's controller puts on TaskRuns that run a referenced Task.
