@@ -45,7 +45,7 @@
 //!    quantities are compared as Go's canonical form would compare them (same value, same
 //!    format).
 //! 5. `env` is merged by `name`, `volumeMounts` by `mountPath`, `volumeDevices` by
-//!    `devicePath` (v1beta1 `ports` by `containerPort`), see [`merge_keyed`]: an entry of the
+//!    `devicePath` (v1beta1 `ports` by `containerPort`), see `merge_keyed`: an entry of the
 //!    step is merged into the template's entry with the same key, the step's entries keep the
 //!    step's order, and an entry only the template has goes just before the first of the
 //!    step's shared entries that follows it in the template, or at the end (template
@@ -64,8 +64,11 @@
 //! The result has the version's field names and leaves out the zero values of Go value fields
 //! (`name: ""`, `readOnly: false`, `divisor: "0"`, `computeResources: {}`), which Go would have
 //! written; `args: []` (Tekton's "reset nil args to empty") is never written either, as it
-//! is not in Go's JSON. Members the schema below does not know are kept and merged like maps
-//! and values. Quantities keep the spelling of the side that won, not Go's canonical text.
+//! is not in Go's JSON. Quantities keep the spelling of the side that won, not Go's canonical
+//! text. Members of the template that are not the version's container fields are ignored (Go's
+//! strict decoding in Tekton's webhook rejects them anyway); members the schema below does not
+//! know inside container fields (a newer Kubernetes field) are kept and merged like the known
+//! maps and values.
 
 use serde_json::{Map, Value};
 
@@ -122,7 +125,7 @@ pub fn merge_step_template(
     Ok(Value::Object(out))
 }
 
-/// [`merge_step_template`] over a list of steps.
+/// [`merge_step_template`] over a list of steps (the first error ends it).
 pub fn merge_all(
     template: &Value,
     steps: &[Value],
@@ -162,7 +165,7 @@ enum Kind {
     Quantities,
 }
 
-/// The zero value of an [`Kind::Always`] member.
+/// The zero value of a `Kind::Always` member.
 #[derive(Clone, Copy, Debug)]
 enum Zero {
     Str,
