@@ -100,7 +100,9 @@ fn as_run(object: &Value) -> Vec<Value> {
     steps(object)
         .iter()
         .map(|s| match template {
-            Value::Object(_) => bookend::tekton::merge::merge_step_template(template, s, version),
+            Value::Object(_) => {
+                bookend::tekton::merge::merge_step_template(template, s, version).unwrap()
+            }
             _ => s.clone(),
         })
         .collect()

@@ -721,6 +721,7 @@ async fn a_taskrun_with_every_optional_field() {
                 s,
                 bookend::tekton::ApiVersion::V1,
             )
+            .unwrap()
         })
         .collect();
     assert_eq!(user, sent.iter().collect::<Vec<_>>());

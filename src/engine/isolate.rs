@@ -224,18 +224,30 @@ pub fn check_task_spec(
 }
 
 /// The author's steps with the taskSpec's stepTemplate written into each, as Tekton's merge
-/// would; `None` when there is no stepTemplate to write.
+/// would; `Ok(None)` when there is no stepTemplate to write. Where Tekton's own merge fails
+/// (its validation would refuse the TaskRun) or cannot be reproduced, a denial.
 pub fn materialise_step_template(
     task_spec: &Value,
     user: &[Value],
     version: ApiVersion,
-) -> Option<Vec<Value>> {
-    let template = task_spec.get("stepTemplate").filter(|t| t.is_object())?;
-    Some(
-        user.iter()
-            .map(|step| merge::merge_step_template(template, step, version))
-            .collect(),
-    )
+) -> Result<Option<Vec<Value>>, Denial> {
+    let Some(template) = task_spec.get("stepTemplate").filter(|t| t.is_object()) else {
+        return Ok(None);
+    };
+    user.iter()
+        .enumerate()
+        .map(|(i, step)| {
+            merge::merge_step_template(template, step, version).map_err(|e| {
+                Denial::field(
+                    format!("spec.taskSpec.steps[{i}]"),
+                    format!(
+                        "{e}; bookend writes the stepTemplate into the TaskRun's own steps (so that org steps inherit nothing of it) as Tekton merges it, and cannot for this step: list each key once"
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
 }
 
 /// System directories, and the top-level directories org steps run from (their command, their

@@ -362,7 +362,7 @@ pub(super) fn seal(
         ));
     }
     let materialised = if first.is_some() {
-        isolate::materialise_step_template(task_spec, &recognised.user, version)
+        isolate::materialise_step_template(task_spec, &recognised.user, version)?
     } else {
         None
     };

@@ -3,7 +3,7 @@
 
 use serde_json::{Map, Value};
 
-/// Tekton's stepTemplate merge (`MergeStepsWithStepTemplate`), ported.
+/// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
 pub mod merge;
 
 /// API group of Tekton's pipeline resources.

@@ -1,9 +1,11 @@
-//! End-to-end tests: Tekton's own validation over everything bookend emits, and a real
-//! kube-apiserver calling bookend. `cargo test --test e2e`; the first run builds the tools from
+//! End-to-end tests: Tekton's own validation over everything bookend emits, Tekton's own
+//! stepTemplate merge against bookend's port (`merge`, no cluster), and a real kube-apiserver
+//! calling bookend. `cargo test --test e2e`; the first run builds the tools from
 //! Go modules (see docs/testing.md).
 
 mod cluster;
 mod kube;
+mod merge;
 mod tekton;
 mod tools;
 

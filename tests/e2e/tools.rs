@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::Instant;
 
 /// Paths of the built tools.
@@ -25,31 +25,7 @@ impl Tools {
 pub fn tools() -> &'static Tools {
     static TOOLS: OnceLock<Tools> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let root = crate::root();
-        let started = Instant::now();
-        let out = Command::new("bash")
-            .arg(root.join("tests/e2e/build-tools.sh"))
-            .output()
-            .expect("bash runs build-tools.sh");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(
-            out.status.success(),
-            "build-tools.sh failed:\n{stdout}\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let vars: HashMap<&str, &str> = stdout
-            .lines()
-            .filter_map(|l| l.split_once('='))
-            .filter(|(k, _)| k.starts_with("E2E_"))
-            .collect();
-        println!(
-            "e2e tools ready in {:.1}s ({} {})",
-            started.elapsed().as_secs_f64(),
-            vars.get("E2E_K8S_VERSION").unwrap_or(&"?"),
-            vars.get("E2E_TEKTON_VERSION")
-                .map(|v| format!("tekton {v}"))
-                .unwrap_or_default()
-        );
+        let vars = build(None);
         Tools {
             bin: PathBuf::from(
                 vars.get("E2E_BIN_DIR")
@@ -61,4 +37,57 @@ pub fn tools() -> &'static Tools {
             ),
         }
     })
+}
+
+/// Builds `tool` alone (`ONLY=<tool>`, once per test binary and tool) and returns its path, for
+/// tests that need one tool and no cluster (`tekton-validate --merge`).
+#[allow(dead_code)] // not every test binary that includes this file uses it
+pub fn only(tool: &str) -> PathBuf {
+    static BUILT: Mutex<Vec<(String, PathBuf)>> = Mutex::new(Vec::new());
+    let mut built = BUILT.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, path)) = built.iter().find(|(t, _)| t == tool) {
+        return path.clone();
+    }
+    let vars = build(Some(tool));
+    let path = PathBuf::from(
+        vars.get("E2E_BIN_DIR")
+            .expect("build-tools.sh prints E2E_BIN_DIR"),
+    )
+    .join(tool);
+    built.push((tool.to_owned(), path.clone()));
+    path
+}
+
+/// Runs build-tools.sh (all tools, or `ONLY=<only>`) and returns the `E2E_*` lines it prints.
+fn build(only: Option<&str>) -> HashMap<String, String> {
+    let root = crate::root();
+    let started = Instant::now();
+    let mut cmd = Command::new("bash");
+    cmd.arg(root.join("tests/e2e/build-tools.sh"));
+    if let Some(tool) = only {
+        cmd.env("ONLY", tool);
+    }
+    let out = cmd.output().expect("bash runs build-tools.sh");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "build-tools.sh failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let vars: HashMap<String, String> = stdout
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .filter(|(k, _)| k.starts_with("E2E_"))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    println!(
+        "e2e tools ready in {:.1}s ({}{} {})",
+        started.elapsed().as_secs_f64(),
+        only.map(|t| format!("{t} only, ")).unwrap_or_default(),
+        vars.get("E2E_K8S_VERSION").map_or("?", String::as_str),
+        vars.get("E2E_TEKTON_VERSION")
+            .map(|v| format!("tekton {v}"))
+            .unwrap_or_default()
+    );
+    vars
 }

@@ -168,7 +168,7 @@ fn effective_steps(object: &Value) -> Vec<Value> {
                 .iter()
                 .map(|s| {
                     if template.is_object() {
-                        tekton::merge::merge_step_template(template, s, version)
+                        tekton::merge::merge_step_template(template, s, version).unwrap()
                     } else {
                         s.clone()
                     }

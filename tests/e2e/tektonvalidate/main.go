@@ -15,6 +15,8 @@
 // Usage: tekton-validate [flags] FILE|DIR|- ...
 //
 // Exit status: 0 all TaskRuns valid, 1 at least one invalid, 2 usage or I/O error.
+//
+// With --merge it runs Tekton's stepTemplate merge instead (merge.go).
 package main
 
 import (
@@ -117,6 +119,7 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	quiet := fset.Bool("quiet", false, "print only INVALID lines and the summary")
 	printDefaulted := fset.Bool("print-defaulted", false, "with --json: include the object after SetDefaults as \"defaulted\"")
 	user := fset.String("user", "tekton-validate", "username put into the admission context (apis.WithUserInfo)")
+	merge := fset.Bool("merge", false, "read {version, template, step} JSON lines from stdin and print what Tekton's MergeStepsWithStepTemplate makes of each step (no file arguments)")
 	fset.Usage = func() {
 		fmt.Fprint(stderr, usageText)
 		fset.PrintDefaults()
@@ -126,6 +129,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if *merge {
+		if fset.NArg() != 0 {
+			fmt.Fprintln(stderr, "tekton-validate: --merge reads stdin and takes no file arguments")
+			return 2
+		}
+		return runMerge(stdin, stdout, stderr)
 	}
 	if fset.NArg() == 0 {
 		fset.Usage()
