@@ -1,5 +1,6 @@
 //! Step policies: the `bookend.dev/v1alpha1` API, loading, validation and matching, compiled
-//! into a [`PolicySet`] that the engine reads without further work per request.
+//! into a [`PolicySet`] that the engine reads without further work per request. Pure: text and
+//! JSON values in; the files they come from are walked by [`crate::source::walk`].
 //!
 //! This file holds the small shared vocabulary (settings, ids, field errors and issues) and one
 //! compiled [`Policy`] with its [`Verdict`]; [`set`] builds the [`PolicySet`] (order, conflicts,
