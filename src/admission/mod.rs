@@ -3,14 +3,13 @@
 
 use std::collections::BTreeMap;
 
-use base64::Engine as _;
-use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::engine::{self, Decision, Lookup, Outcome, Request};
 use crate::policy::load::policy_from_value;
 use crate::policy::{PolicyDoc, PolicySet, validate};
 use crate::tekton;
+use wire::{ObjectIn, RequestIn, error_body, review_response};
 
 /// Which webhook endpoint a review came to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -115,155 +114,6 @@ pub struct Admitted {
     pub namespace: String,
 }
 
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewIn {
-    #[serde(default)]
-    api_version: String,
-    #[serde(default)]
-    kind: String,
-    request: Option<RequestIn>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RequestIn {
-    #[serde(default)]
-    uid: String,
-    #[serde(default)]
-    kind: GroupVersionKind,
-    #[serde(default)]
-    sub_resource: Option<String>,
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-    #[serde(default)]
-    operation: String,
-    #[serde(default)]
-    object: Option<ObjectIn>,
-    #[serde(default)]
-    dry_run: Option<bool>,
-    #[serde(default)]
-    user_info: UserInfo,
-}
-
-/// `request.object` as a JSON value, without `metadata.managedFields`: bookend never reads or
-/// patches them, and they are a large share of a TaskRun (many small objects), so not building
-/// them saves a good part of the parse and of every later copy and comparison.
-struct ObjectIn(Value);
-
-impl<'de> Deserialize<'de> for ObjectIn {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        deserializer
-            .deserialize_any(SkipVisitor {
-                skip: &["metadata", "managedFields"],
-            })
-            .map(ObjectIn)
-    }
-}
-
-/// Builds a `Value` like serde_json's own visitor, leaving out the member at `skip` (a path of
-/// object keys).
-struct SkipVisitor {
-    skip: &'static [&'static str],
-}
-
-impl<'de> serde::de::Visitor<'de> for SkipVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a JSON object")
-    }
-
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut out = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            match self.skip.split_first() {
-                Some((head, [])) if key == *head => {
-                    map.next_value::<serde::de::IgnoredAny>()?;
-                }
-                Some((head, rest)) if key == *head => {
-                    let value = map.next_value_seed(SkipSeed(rest))?;
-                    out.insert(key, value);
-                }
-                _ => {
-                    out.insert(key, map.next_value()?);
-                }
-            }
-        }
-        Ok(Value::Object(out))
-    }
-
-    // Anything that is not an object is kept as it is (and refused later where it matters).
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        Value::deserialize(d)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(item) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-}
-
-struct SkipSeed(&'static [&'static str]);
-
-impl<'de> serde::de::DeserializeSeed<'de> for SkipSeed {
-    type Value = Value;
-
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(SkipVisitor { skip: self.0 })
-    }
-}
-
-#[derive(Deserialize, Default)]
-struct UserInfo {
-    #[serde(default)]
-    username: String,
-}
-
-#[derive(Deserialize, Default)]
-struct GroupVersionKind {
-    #[serde(default)]
-    group: String,
-    #[serde(default)]
-    version: String,
-    #[serde(default)]
-    kind: String,
-}
-
-/// The JSON body of a 4xx answer.
-#[derive(Serialize)]
-struct ErrorOut<'a> {
-    error: &'a str,
-}
-
 /// Handles one AdmissionReview body.
 pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
     let (api_version, mut request, mut summary) = match parse(body) {
@@ -338,12 +188,7 @@ fn answered(api_version: &str, uid: &str, answer: Answer, mut summary: Summary) 
 /// that is not a readable AdmissionReview is an error reply (HTTP 400).
 fn parse(body: &[u8]) -> Result<(String, RequestIn, Summary), Box<Reply>> {
     let mut summary = Summary::default();
-    // Validating UTF-8 once up front lets serde_json skip it for every string.
-    let parsed: Result<ReviewIn, String> = match std::str::from_utf8(body) {
-        Ok(text) => serde_json::from_str(text).map_err(|e| e.to_string()),
-        Err(e) => Err(e.to_string()),
-    };
-    let parsed: ReviewIn = match parsed {
+    let parsed = match wire::read(body) {
         Ok(r) => r,
         Err(e) => {
             return Err(Box::new(bad_request(
@@ -387,71 +232,6 @@ fn parse(body: &[u8]) -> Result<(String, RequestIn, Summary), Box<Reply>> {
         )));
     }
     Ok((api_version, request, summary))
-}
-
-/// The answering AdmissionReview: `response.uid`, `allowed`, `status` on denial, `patchType`
-/// and `patch` (base64 of the JSON patch), `auditAnnotations`, `warnings`; optional fields
-/// left out when empty.
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ReviewOut<'a> {
-    api_version: &'a str,
-    kind: &'static str,
-    response: ResponseOut<'a>,
-}
-
-#[derive(Serialize)]
-#[serde(rename_all = "camelCase")]
-struct ResponseOut<'a> {
-    uid: &'a str,
-    allowed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    status: Option<StatusOut<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch_type: Option<&'static str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    patch: Option<Box<serde_json::value::RawValue>>,
-    #[serde(skip_serializing_if = "BTreeMap::is_empty")]
-    audit_annotations: &'a BTreeMap<String, String>,
-    #[serde(skip_serializing_if = "<[String]>::is_empty")]
-    warnings: &'a [String],
-}
-
-#[derive(Serialize)]
-struct StatusOut<'a> {
-    message: &'a str,
-    code: u16,
-    reason: &'static str,
-}
-
-fn review_response(api_version: &str, uid: &str, answer: &Answer) -> Vec<u8> {
-    let response = ResponseOut {
-        uid,
-        allowed: answer.message.is_none(),
-        // 400 (not the default 403): Tekton's PipelineRun controller treats a BadRequest from
-        // TaskRun creation as permanent and fails the PipelineRun with this message.
-        status: answer.message.as_deref().map(|message| StatusOut {
-            message,
-            code: 400,
-            reason: "BadRequest",
-        }),
-        patch_type: answer.patch.as_ref().map(|_| "JSONPatch"),
-        patch: answer.patch.as_ref().map(|p| {
-            let mut quoted = String::with_capacity(p.len().div_ceil(3) * 4 + 2);
-            quoted.push('"');
-            base64::engine::general_purpose::STANDARD.encode_string(p, &mut quoted);
-            quoted.push('"');
-            serde_json::value::RawValue::from_string(quoted).expect("base64 is a JSON string")
-        }),
-        audit_annotations: &answer.audit_annotations,
-        warnings: &answer.warnings,
-    };
-    serde_json::to_vec(&ReviewOut {
-        api_version,
-        kind: "AdmissionReview",
-        response,
-    })
-    .expect("an AdmissionReview serialises")
 }
 
 struct Answer {
@@ -661,12 +441,13 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
 
 fn bad_request(mut summary: Summary, reason: String) -> Reply {
     summary.outcome = ReviewOutcome::Malformed;
-    let body = serde_json::to_vec(&ErrorOut { error: &reason }).expect("error serialises");
+    let body = error_body(&reason);
     summary.reason = Some(reason);
     Reply { body, summary }
 }
 
 pub mod pods;
+mod wire;
 
 #[cfg(test)]
 mod tests;

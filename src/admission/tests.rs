@@ -2,6 +2,7 @@ use super::*;
 use crate::engine::Catalog;
 use crate::policy::Settings;
 use crate::policy::load::policy_set_from_yaml;
+use base64::Engine as _;
 use serde_json::json;
 
 fn set() -> PolicySet {
