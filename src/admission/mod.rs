@@ -1,11 +1,26 @@
-//! The AdmissionReview envelope: bytes in, status and bytes out, no HTTP types. Both webhook
-//! endpoints call the same engine as `bookend render`.
+//! The AdmissionReview envelope: bytes in, status and bytes out, no HTTP types. Three webhook
+//! endpoints ([`Endpoint`]) share it, and the TaskRun routes call the same engine as `bookend
+//! render`.
+//!
+//! Every review is read once (`wire`) and given one `Route`, decided from the endpoint and
+//! the request (group, kind, operation, subresource, dry run, user); what runs, and whether the
+//! admitted TaskRun is handed over afterwards, follows from the route alone:
+//!
+//! ```text
+//!  /mutate, /validate ── review ──┐
+//!  /validate-pods ─── pods::read ─┴─ Route::of ─┬─ TaskRun(Inject)    engine::decide_patch
+//!                                               ├─ TaskRun(Backstop)  engine::decide_backstop
+//!                                               ├─ ResolvedTask       engine::decide_resolved_task
+//!                                               ├─ PolicyObject       as `bookend validate`
+//!                                               ├─ Pod                pods::answer + TaskRun
+//!                                               └─ Subresource, Other admitted untouched
+//! ```
 
 use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use crate::engine::{self, Decision, Lookup, Outcome, Request};
+use crate::engine::{Lookup, Outcome};
 use crate::policy::load::policy_from_value;
 use crate::policy::{PolicyDoc, PolicySet, validate};
 use crate::tekton;
@@ -30,6 +45,114 @@ impl Endpoint {
             Self::ValidatePods => "validate-pods",
         }
     }
+}
+
+/// What a review is, decided once from the endpoint and the request; everything after it
+/// (which decision runs, whether the admitted TaskRun is handed over) follows from the route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Route {
+    /// A TaskRun CREATE.
+    TaskRun(TaskRunCheck),
+    /// `/mutate`: the dry-run Task CREATE by which Tekton's controller checks a remotely
+    /// resolved Task; it gets the policies' steps too.
+    ResolvedTask,
+    /// `/validate-pods`: a Pod CREATE, checked against the TaskRun that owns it ([`pods`]).
+    Pod,
+    /// `/validate`: a ClusterStepPolicy or StepPolicy CREATE or UPDATE, checked as `bookend
+    /// validate` checks files.
+    PolicyObject,
+    /// A subresource (`status`, ...): admitted untouched; bookend judges objects, not their
+    /// subresources.
+    Subresource,
+    /// Anything else: admitted untouched.
+    Other,
+}
+
+/// What a TaskRun CREATE is checked for, by endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TaskRunCheck {
+    /// `/mutate`: inject the policies' steps (a patch).
+    Inject,
+    /// A validating endpoint: refuse what `/mutate` would still change.
+    Backstop {
+        /// `/validate`, not a dry run: the TaskRun, if admitted, is handed over for Events and
+        /// PolicyReport results. The API server has named it by now, and a dry run is never
+        /// stored.
+        hand_over: bool,
+    },
+}
+
+impl Route {
+    /// The route of `request` on `endpoint`; `controller` is the user Tekton's controller acts
+    /// as (whose dry-run Task CREATEs on `/mutate` are [`Route::ResolvedTask`]).
+    fn of(endpoint: Endpoint, request: &RequestIn, controller: &str) -> Self {
+        let kind = (request.kind.group.as_str(), request.kind.kind.as_str());
+        let dry_run = request.dry_run.unwrap_or(false);
+        let subresource = request
+            .sub_resource
+            .as_deref()
+            .is_some_and(|s| !s.is_empty());
+        match (endpoint, kind, request.operation.as_str()) {
+            // Ahead of the subresource test, as the Pod backstop has always been: its webhook
+            // rule sends `pods` CREATEs only, never a subresource.
+            (Endpoint::ValidatePods, ("", "Pod"), "CREATE") => Self::Pod,
+            _ if subresource => Self::Subresource,
+            (_, (tekton::GROUP, "TaskRun"), "CREATE") => Self::TaskRun(match endpoint {
+                Endpoint::Mutate => TaskRunCheck::Inject,
+                Endpoint::Validate => TaskRunCheck::Backstop {
+                    hand_over: !dry_run,
+                },
+                Endpoint::ValidatePods => TaskRunCheck::Backstop { hand_over: false },
+            }),
+            (Endpoint::Mutate, (tekton::GROUP, "Task"), "CREATE")
+                if dry_run && request.user_info.username == controller =>
+            {
+                Self::ResolvedTask
+            }
+            (
+                Endpoint::Validate,
+                (crate::policy::api::GROUP, "ClusterStepPolicy" | "StepPolicy"),
+                "CREATE" | "UPDATE",
+            ) => Self::PolicyObject,
+            _ => Self::Other,
+        }
+    }
+}
+
+/// Handles one AdmissionReview body on `/mutate` or `/validate` (the Pod backstop of
+/// `/validate-pods` is [`pods::read`] and [`pods::answer`], which wait for the owning TaskRun).
+pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
+    let controller = &set.settings().tekton_controller;
+    let Parsed {
+        api_version,
+        mut request,
+        mut summary,
+        route,
+    } = match parse(endpoint, body, controller) {
+        Ok(parsed) => parsed,
+        Err(reply) => return *reply,
+    };
+    let answer = match route {
+        Route::TaskRun(check) => taskruns::taskrun(check, &request, set, lookup, &mut summary),
+        Route::ResolvedTask => taskruns::resolved_task(&request, set, lookup, &mut summary),
+        Route::PolicyObject => request_object(&request).map(|object| policy_object(object, set)),
+        // A Pod reaches `review` only when called with `Endpoint::ValidatePods` directly; the
+        // server answers Pods through `pods`, so here one is admitted untouched.
+        Route::Pod | Route::Subresource | Route::Other => Ok(Answer::allow()),
+    };
+    let answer = match answer {
+        Ok(answer) => answer,
+        Err(reason) => return bad_request(summary, reason),
+    };
+    if route == Route::TaskRun(TaskRunCheck::Backstop { hand_over: true })
+        && answer.outcome == ReviewOutcome::Allowed
+    {
+        summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
+            object,
+            namespace: summary.namespace.clone(),
+        });
+    }
+    answered(&api_version, &request.uid, answer, summary)
 }
 
 /// What the handler sends back, plus what logs and metrics need to know.
@@ -114,65 +237,6 @@ pub struct Admitted {
     pub namespace: String,
 }
 
-/// Handles one AdmissionReview body.
-pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Lookup) -> Reply {
-    let (api_version, mut request, mut summary) = match parse(body) {
-        Ok(parsed) => parsed,
-        Err(reply) => return *reply,
-    };
-    let answer = match (
-        endpoint,
-        request.kind.group.as_str(),
-        request.kind.kind.as_str(),
-    ) {
-        _ if request
-            .sub_resource
-            .as_deref()
-            .is_some_and(|s| !s.is_empty()) =>
-        {
-            Answer::allow()
-        }
-        (_, tekton::GROUP, "TaskRun") if request.operation == "CREATE" => {
-            match taskrun(endpoint, &request, set, lookup, &mut summary) {
-                Ok(answer) => answer,
-                Err(reason) => return bad_request(summary, reason),
-            }
-        }
-        (Endpoint::Mutate, tekton::GROUP, "Task")
-            if request.operation == "CREATE"
-                && summary.dry_run
-                && request.user_info.username == set.settings().tekton_controller =>
-        {
-            match resolved_task(&request, set, lookup, &mut summary) {
-                Ok(answer) => answer,
-                Err(reason) => return bad_request(summary, reason),
-            }
-        }
-        (Endpoint::Validate, crate::policy::api::GROUP, "ClusterStepPolicy" | "StepPolicy")
-            if matches!(request.operation.as_str(), "CREATE" | "UPDATE") =>
-        {
-            match &request.object {
-                Some(ObjectIn(object)) => policy_object(object, set),
-                None => return bad_request(summary, "request.object is missing".to_owned()),
-            }
-        }
-        _ => Answer::allow(),
-    };
-    if endpoint == Endpoint::Validate
-        && !summary.dry_run
-        && answer.outcome == ReviewOutcome::Allowed
-        && request.operation == "CREATE"
-        && request.sub_resource.as_deref().is_none_or(str::is_empty)
-        && (request.kind.group.as_str(), request.kind.kind.as_str()) == (tekton::GROUP, "TaskRun")
-    {
-        summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
-            object,
-            namespace: summary.namespace.clone(),
-        });
-    }
-    answered(&api_version, &request.uid, answer, summary)
-}
-
 /// The reply for an answered review.
 fn answered(api_version: &str, uid: &str, answer: Answer, mut summary: Summary) -> Reply {
     summary.outcome = answer.outcome;
@@ -184,9 +248,19 @@ fn answered(api_version: &str, uid: &str, answer: Answer, mut summary: Summary) 
     }
 }
 
-/// Reads an AdmissionReview body: its apiVersion, the request, and the summary so far. A body
-/// that is not a readable AdmissionReview is an error reply (HTTP 400).
-fn parse(body: &[u8]) -> Result<(String, RequestIn, Summary), Box<Reply>> {
+/// A readable AdmissionReview and its route.
+struct Parsed {
+    /// The request's `apiVersion`, which the answer repeats.
+    api_version: String,
+    request: RequestIn,
+    /// The summary so far (what the request says about itself).
+    summary: Summary,
+    route: Route,
+}
+
+/// Reads an AdmissionReview body that came to `endpoint` and routes it. A body that is not a
+/// readable AdmissionReview is an error reply (HTTP 400).
+fn parse(endpoint: Endpoint, body: &[u8], controller: &str) -> Result<Parsed, Box<Reply>> {
     let mut summary = Summary::default();
     let parsed = match wire::read(body) {
         Ok(r) => r,
@@ -231,9 +305,15 @@ fn parse(body: &[u8]) -> Result<(String, RequestIn, Summary), Box<Reply>> {
             "request.uid is missing".to_owned(),
         )));
     }
-    Ok((api_version, request, summary))
+    Ok(Parsed {
+        api_version,
+        route: Route::of(endpoint, &request, controller),
+        request,
+        summary,
+    })
 }
 
+/// What the AdmissionReview's `response` says, before `wire` encodes it.
 struct Answer {
     outcome: ReviewOutcome,
     message: Option<String>,
@@ -262,158 +342,13 @@ impl Answer {
     }
 }
 
+/// `request.object`, which every route that reads the object needs.
 fn request_object(request: &RequestIn) -> Result<&Value, String> {
     request
         .object
         .as_ref()
         .map(|o| &o.0)
         .ok_or_else(|| "request.object is missing".to_owned())
-}
-
-fn taskrun(
-    endpoint: Endpoint,
-    request: &RequestIn,
-    set: &PolicySet,
-    lookup: &dyn Lookup,
-    summary: &mut Summary,
-) -> Result<Answer, String> {
-    let object = request_object(request)?;
-    let view = tekton::TaskRunView::new(object).ok_or_else(|| {
-        format!(
-            "request.object is not a tekton.dev/{} TaskRun",
-            request.kind.version
-        )
-    })?;
-    let namespace = request
-        .namespace
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .or(view.namespace())
-        .unwrap_or("default");
-    if summary.name.is_empty() {
-        summary.name = view.display_name();
-    }
-    let request = Request {
-        object,
-        namespace,
-        dry_run: summary.dry_run,
-    };
-    let decision = match endpoint {
-        Endpoint::Mutate => engine::decide_patch(request, set, lookup),
-        Endpoint::Validate | Endpoint::ValidatePods => {
-            engine::decide_backstop(request, set, lookup)
-        }
-    };
-    Ok(match endpoint {
-        Endpoint::Mutate => mutate_answer(decision, summary),
-        Endpoint::Validate | Endpoint::ValidatePods => backstop_answer(object, decision),
-    })
-}
-
-/// The dry-run Task CREATE of Tekton's controller for a remotely resolved Task.
-fn resolved_task(
-    request: &RequestIn,
-    set: &PolicySet,
-    lookup: &dyn Lookup,
-    summary: &mut Summary,
-) -> Result<Answer, String> {
-    let object = request_object(request)?;
-    let namespace = request
-        .namespace
-        .as_deref()
-        .filter(|s| !s.is_empty())
-        .ok_or_else(|| "request.namespace is missing".to_owned())?;
-    let decision = engine::decide_resolved_task(
-        Request {
-            object,
-            namespace,
-            dry_run: true,
-        },
-        set,
-        lookup,
-    );
-    Ok(mutate_answer(decision, summary))
-}
-
-fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
-    let Decision {
-        outcome,
-        patch,
-        message,
-        warnings,
-        audit_annotations,
-        injected,
-        ..
-    } = decision;
-    match outcome {
-        Outcome::Denied => Answer {
-            warnings,
-            ..Answer::deny(message.unwrap_or_default())
-        },
-        Outcome::Allowed => Answer {
-            warnings,
-            audit_annotations,
-            ..Answer::allow()
-        },
-        Outcome::Mutated => {
-            summary.injected = injected;
-            Answer {
-                outcome: outcome.into(),
-                message: None,
-                patch: Some(serde_json::to_vec(&patch).expect("a patch serialises")),
-                warnings,
-                audit_annotations,
-            }
-        }
-    }
-}
-
-/// The validating backstop: the final object must already be what the mutating webhook makes
-/// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
-/// were modified after injection.
-fn backstop_answer(object: &Value, decision: Decision) -> Answer {
-    match decision.outcome {
-        Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
-        Outcome::Allowed => Answer::allow(),
-        Outcome::Mutated => {
-            let spec_changes: Vec<String> = decision
-                .patch
-                .iter()
-                .filter(|op| op.path().starts_with("/spec"))
-                .map(|op| describe(op, object))
-                .collect();
-            if spec_changes.is_empty() {
-                return Answer::allow();
-            }
-            let policies = decision
-                .injected
-                .iter()
-                .map(|(p, _)| p.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
-            Answer::deny(format!(
-                "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
-                spec_changes.join("; ")
-            ))
-        }
-    }
-}
-
-fn describe(op: &crate::patch::Operation, object: &Value) -> String {
-    use crate::patch::Operation;
-    let name_of = |v: &Value| {
-        tekton::step_name(v)
-            .map(|n| format!(" ({n})"))
-            .unwrap_or_default()
-    };
-    match op {
-        Operation::Add { path, value } => format!("missing {path}{}", name_of(value)),
-        Operation::Replace { path, .. } => format!("changed {path}"),
-        Operation::Remove { path } => {
-            let current = object.pointer(path).map(name_of).unwrap_or_default();
-            format!("unexpected {path}{current}")
-        }
-    }
 }
 
 /// `kubectl apply` of a policy: the same checks as `bookend validate`, including the step and
@@ -439,6 +374,7 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
     ))
 }
 
+/// The reply to a request that is not an AdmissionReview bookend can answer (HTTP 400).
 fn bad_request(mut summary: Summary, reason: String) -> Reply {
     summary.outcome = ReviewOutcome::Malformed;
     let body = error_body(&reason);
@@ -447,6 +383,7 @@ fn bad_request(mut summary: Summary, reason: String) -> Reply {
 }
 
 pub mod pods;
+mod taskruns;
 mod wire;
 
 #[cfg(test)]

@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-use super::{Answer, ObjectIn, Reply, RequestIn, Summary, answered, bad_request, parse};
+use super::wire::{ObjectIn, RequestIn};
+use super::{Answer, Endpoint, Parsed, Reply, Route, Summary, answered, bad_request, parse};
 use crate::engine::{self, Lookup};
 use crate::policy::PolicySet;
 
@@ -64,18 +65,18 @@ pub enum Read {
 
 /// Reads a Pod review.
 pub fn read(body: &[u8]) -> Read {
-    let (api_version, request, summary) = match parse(body) {
+    // No controller user: it matters only for the dry-run Task CREATEs of `/mutate`.
+    let Parsed {
+        api_version,
+        request,
+        summary,
+        route,
+    } = match parse(Endpoint::ValidatePods, body, "") {
         Ok(parsed) => parsed,
         Err(reply) => return Read::Malformed(reply),
     };
-    let owner = match (
-        &request.kind.group[..],
-        &request.kind.kind[..],
-        &request.object,
-    ) {
-        ("", "Pod", Some(ObjectIn(pod))) if request.operation == "CREATE" => {
-            owner_of(pod, &summary)
-        }
+    let owner = match (route, &request.object) {
+        (Route::Pod, Some(ObjectIn(pod))) => owner_of(pod, &summary),
         _ => None,
     };
     Read::Review(Box::new(PodReview {

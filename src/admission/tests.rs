@@ -379,3 +379,65 @@ fn the_backstop_hands_over_the_admitted_taskrun_for_events_and_reports() {
     assert!(refused.summary.admitted.is_none());
     assert!(mutate(&create(taskrun())).summary.admitted.is_none());
 }
+
+#[test]
+fn each_request_gets_one_route() {
+    use Endpoint::{Mutate, Validate, ValidatePods};
+    let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
+    // "group Kind OPERATION [dryRun] [controller] [status]"; group "-" is the core group.
+    let route = |endpoint, request: &str| {
+        let words: Vec<&str> = request.split(' ').collect();
+        let has = |word| words.contains(&word);
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": words[2], "dryRun": has("dryRun"),
+                        "kind": {"group": words[0].trim_matches('-'), "version": "v1", "kind": words[1]},
+                        "userInfo": {"username": if has("controller") { controller } else { "alice" }},
+                        "subResource": if has("status") { "status" } else { "" }}});
+        let read = wire::read(&serde_json::to_vec(&body).unwrap()).unwrap();
+        Route::of(endpoint, &read.request.unwrap(), controller)
+    };
+    let backstop = |hand_over| Route::TaskRun(TaskRunCheck::Backstop { hand_over });
+    for (endpoint, request, want) in [
+        (
+            Mutate,
+            "tekton.dev TaskRun CREATE",
+            Route::TaskRun(TaskRunCheck::Inject),
+        ),
+        (Validate, "tekton.dev TaskRun CREATE", backstop(true)),
+        (
+            Validate,
+            "tekton.dev TaskRun CREATE dryRun",
+            backstop(false),
+        ),
+        (ValidatePods, "tekton.dev TaskRun CREATE", backstop(false)),
+        (Mutate, "tekton.dev TaskRun UPDATE", Route::Other),
+        (
+            Validate,
+            "tekton.dev TaskRun CREATE status",
+            Route::Subresource,
+        ),
+        (
+            Mutate,
+            "tekton.dev Task CREATE dryRun controller",
+            Route::ResolvedTask,
+        ),
+        (Mutate, "tekton.dev Task CREATE dryRun", Route::Other),
+        (Mutate, "tekton.dev Task CREATE controller", Route::Other),
+        (
+            Validate,
+            "tekton.dev Task CREATE dryRun controller",
+            Route::Other,
+        ),
+        (
+            Validate,
+            "bookend.dev StepPolicy UPDATE",
+            Route::PolicyObject,
+        ),
+        (Mutate, "bookend.dev StepPolicy UPDATE", Route::Other),
+        (ValidatePods, "- Pod CREATE", Route::Pod),
+        (ValidatePods, "- Pod CREATE status", Route::Pod),
+        (Validate, "- Pod CREATE", Route::Other),
+    ] {
+        assert_eq!(route(endpoint, request), want, "{endpoint:?} {request}");
+    }
+}
