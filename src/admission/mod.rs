@@ -145,7 +145,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         Err(reason) => return bad_request(summary, reason),
     };
     if route == Route::TaskRun(TaskRunCheck::Backstop { hand_over: true })
-        && answer.outcome == ReviewOutcome::Allowed
+        && answer.outcome == Outcome::Allowed
     {
         summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
             object,
@@ -167,43 +167,7 @@ impl Reply {
     /// Whether the API server gets an AdmissionReview to read (HTTP 200) rather than an error
     /// for a malformed request (HTTP 400).
     pub fn answered(&self) -> bool {
-        self.summary.outcome != ReviewOutcome::Malformed
-    }
-}
-
-/// How a review ended.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ReviewOutcome {
-    /// Admitted unchanged.
-    Allowed,
-    /// Admitted with a patch.
-    Mutated,
-    /// Refused (`allowed: false`).
-    Denied,
-    /// Not an AdmissionReview bookend can read (answered with HTTP 400).
-    #[default]
-    Malformed,
-}
-
-impl ReviewOutcome {
-    /// The name in logs and metric labels.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allowed => "allowed",
-            Self::Mutated => "mutated",
-            Self::Denied => "denied",
-            Self::Malformed => "error",
-        }
-    }
-}
-
-impl From<Outcome> for ReviewOutcome {
-    fn from(outcome: Outcome) -> Self {
-        match outcome {
-            Outcome::Allowed => Self::Allowed,
-            Outcome::Mutated => Self::Mutated,
-            Outcome::Denied => Self::Denied,
-        }
+        self.summary.outcome.is_some()
     }
 }
 
@@ -217,7 +181,9 @@ pub struct Summary {
     pub name: String,
     pub operation: String,
     pub dry_run: bool,
-    pub outcome: ReviewOutcome,
+    /// How the review ended; `None` when it never got that far: the request was not an
+    /// AdmissionReview bookend can read, and the answer is an HTTP 400.
+    pub outcome: Option<Outcome>,
     /// The denial message or the reason a request was malformed.
     pub reason: Option<String>,
     /// Steps injected per policy.
@@ -227,6 +193,13 @@ pub struct Summary {
     /// with its name and uid (the API server assigns both before validating admission), for the
     /// Events and PolicyReport results written after the answer.
     pub admitted: Option<Admitted>,
+}
+
+impl Summary {
+    /// The outcome's name in logs, spans and metric labels: `error` for a malformed request.
+    pub fn outcome_label(&self) -> &'static str {
+        self.outcome.map_or("error", Outcome::as_str)
+    }
 }
 
 /// A TaskRun as admitted, moved out of the request (not copied).
@@ -239,7 +212,7 @@ pub struct Admitted {
 
 /// The reply for an answered review.
 fn answered(api_version: &str, uid: &str, answer: Answer, mut summary: Summary) -> Reply {
-    summary.outcome = answer.outcome;
+    summary.outcome = Some(answer.outcome);
     summary.reason = answer.message.clone();
     summary.warnings = answer.warnings.len();
     Reply {
@@ -315,7 +288,7 @@ fn parse(endpoint: Endpoint, body: &[u8], controller: &str) -> Result<Parsed, Bo
 
 /// What the AdmissionReview's `response` says, before `wire` encodes it.
 struct Answer {
-    outcome: ReviewOutcome,
+    outcome: Outcome,
     message: Option<String>,
     patch: Option<Vec<u8>>,
     warnings: Vec<String>,
@@ -325,7 +298,7 @@ struct Answer {
 impl Answer {
     fn allow() -> Self {
         Self {
-            outcome: ReviewOutcome::Allowed,
+            outcome: Outcome::Allowed,
             message: None,
             patch: None,
             warnings: Vec::new(),
@@ -335,7 +308,7 @@ impl Answer {
 
     fn deny(message: String) -> Self {
         Self {
-            outcome: ReviewOutcome::Denied,
+            outcome: Outcome::Denied,
             message: Some(message),
             ..Self::allow()
         }
@@ -376,7 +349,7 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
 
 /// The reply to a request that is not an AdmissionReview bookend can answer (HTTP 400).
 fn bad_request(mut summary: Summary, reason: String) -> Reply {
-    summary.outcome = ReviewOutcome::Malformed;
+    summary.outcome = None;
     let body = error_body(&reason);
     summary.reason = Some(reason);
     Reply { body, summary }

@@ -120,7 +120,7 @@ pub fn answer(
     let Some(ObjectIn(pod)) = &request.object else {
         return bad_request(summary, "request.object is missing".to_owned());
     };
-    let decision = match (wanted, owner) {
+    let answer = match (wanted, owner) {
         (None, _) => Answer::allow(),
         (Some(wanted), OwnerLookup::Found(taskrun)) => {
             let uid = taskrun.pointer("/metadata/uid").and_then(Value::as_str);
@@ -152,19 +152,16 @@ pub fn answer(
             wanted.namespace, wanted.name
         )),
     };
-    let decision = match (mode, decision.message) {
+    let answer = match (mode, answer.message) {
         (PodBackstop::Warn, Some(refusal)) => {
             tracing::warn!(%refusal, "pod backstop (warn mode): would refuse");
             warn(format!(
                 "bookend (pod backstop in warn mode) would refuse this Pod: {refusal}"
             ))
         }
-        (_, message) => Answer {
-            message,
-            ..decision
-        },
+        (_, message) => Answer { message, ..answer },
     };
-    answered(&api_version, &request.uid, decision, summary)
+    answered(&api_version, &request.uid, answer, summary)
 }
 
 fn warn(warning: String) -> Answer {
@@ -177,8 +174,8 @@ fn warn(warning: String) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::ReviewOutcome;
     use crate::engine::Catalog;
+    use crate::engine::Outcome;
     use crate::policy::Settings;
     use crate::policy::load::policy_set_from_yaml;
     use serde_json::json;
@@ -312,7 +309,7 @@ mod tests {
             &set(),
             &Catalog::default(),
         );
-        assert_eq!(reply.summary.outcome, ReviewOutcome::Allowed);
+        assert_eq!(reply.summary.outcome, Some(Outcome::Allowed));
         assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }
 }

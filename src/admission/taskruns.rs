@@ -97,7 +97,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
         Outcome::Mutated => {
             summary.injected = injected;
             Answer {
-                outcome: outcome.into(),
+                outcome,
                 message: None,
                 patch: Some(serde_json::to_vec(&patch).expect("a patch serialises")),
                 warnings,

@@ -19,7 +19,8 @@ use tracing::field::Empty;
 
 use super::Review;
 use crate::admission::pods::{self, OwnerLookup, PodBackstop};
-use crate::admission::{Endpoint, Reply, ReviewOutcome, Summary};
+use crate::admission::{Endpoint, Reply, Summary};
+use crate::engine::Outcome;
 use crate::events::Followups;
 use crate::metrics::{self, Metrics};
 use crate::source::{PolicySource, Snapshot};
@@ -260,7 +261,7 @@ fn too_large() -> (StatusCode, Vec<u8>, Summary) {
 
 fn error(status: StatusCode, reason: &str) -> (StatusCode, Vec<u8>, Summary) {
     let summary = Summary {
-        outcome: ReviewOutcome::Malformed,
+        outcome: None,
         reason: Some(reason.to_owned()),
         ..Summary::default()
     };
@@ -289,15 +290,15 @@ fn record(summary: &Summary, latency: Duration) {
         span.record("operation", summary.operation.as_str());
     }
     span.record("dry_run", summary.dry_run);
-    span.record("outcome", summary.outcome.as_str());
+    span.record("outcome", summary.outcome_label());
     span.record("latency_us", latency.as_micros() as u64);
 }
 
 fn log(status: StatusCode, summary: &Summary) {
     let reason = summary.reason.as_deref().unwrap_or("");
     match summary.outcome {
-        ReviewOutcome::Denied => tracing::info!(reason, "denied"),
-        ReviewOutcome::Mutated => {
+        Some(Outcome::Denied) => tracing::info!(reason, "denied"),
+        Some(Outcome::Mutated) => {
             let injected: Vec<String> = summary
                 .injected
                 .iter()
@@ -309,8 +310,8 @@ fn log(status: StatusCode, summary: &Summary) {
                 "mutated"
             );
         }
-        ReviewOutcome::Allowed => tracing::info!(warnings = summary.warnings, "allowed"),
-        ReviewOutcome::Malformed => {
+        Some(Outcome::Allowed) => tracing::info!(warnings = summary.warnings, "allowed"),
+        None => {
             tracing::warn!(status = status.as_u16(), reason, "malformed request")
         }
     }
