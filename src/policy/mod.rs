@@ -3,8 +3,8 @@
 //! JSON values in; the files they come from are walked by [`crate::source::walk`].
 //!
 //! This file holds the small shared vocabulary (settings, ids, field errors and issues) and one
-//! compiled [`Policy`] with its [`Verdict`]; [`set`] builds the [`PolicySet`] (order, conflicts,
-//! owners) and [`index`] files policies under the criteria a TaskRun must meet.
+//! compiled [`Policy`] with its [`Verdict`]; `set` builds the [`PolicySet`] (order, conflicts,
+//! owners) and `index` files policies under the criteria a TaskRun must meet.
 
 pub mod api;
 mod index;

@@ -1,6 +1,7 @@
-//! The routers: the webhook (`POST /mutate`, `POST /validate`) and the admin port (`/livez`,
-//! `/readyz`, `/metrics`). Handlers only unwrap the HTTP request, call
-//! [`admission::review`], and wrap the reply; they add metrics and the request span.
+//! The routers: the webhook (`POST /mutate`, `POST /validate`, `POST /validate-pods`) and the
+//! admin port (`/livez`, `/readyz`, `/metrics`). Handlers only unwrap the HTTP request, call
+//! [`crate::admission::review`] (for a Pod, [`crate::admission::pods`], with the owning
+//! TaskRun fetched in between), and wrap the reply; they add metrics and the request span.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -40,7 +41,8 @@ pub struct AppState {
     pub followups: Option<Followups>,
 }
 
-/// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
+/// `POST /mutate`, `POST /validate` and `POST /validate-pods`; JSON 404 and 405 for anything
+/// else.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
@@ -337,7 +339,7 @@ async fn discard_body(request: Request) {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint {}: use POST /mutate or POST /validate",
+        "no such endpoint {}: use POST /mutate, POST /validate or POST /validate-pods",
         request.uri().path()
     );
     discard_body(request).await;

@@ -3,7 +3,7 @@
 //! ```text
 //!  Config ──bind()──▶ Bound ──run(shutdown)──▶ ()
 //!    │                  │
-//!    ├─ TlsStore::load  ├─ conn::serve_tls   TLS :8443, /mutate /validate
+//!    ├─ TlsStore::load  ├─ conn::serve_tls   TLS :8443, /mutate /validate /validate-pods
 //!    └─ PolicySource    ├─ axum::serve       HTTP :8080, /livez /readyz /metrics
 //!                       └─ reload task       polls the certificate and the policy source
 //! ```
@@ -51,7 +51,8 @@ pub enum PolicySourceConfig {
     Kubernetes(crate::events::Options),
 }
 
-/// How one AdmissionReview body on `/mutate` or `/validate` is answered:
+/// How one AdmissionReview body on `/mutate` or `/validate` is answered (`/validate-pods`
+/// goes through [`crate::admission::pods`]):
 /// [`crate::admission::review`] in production; [`test_support`] lets a test wrap it.
 pub type Review = fn(Endpoint, &[u8], &PolicySet, &dyn Lookup) -> Reply;
 
