@@ -66,7 +66,7 @@ fn mutate(body: &[u8], set: &PolicySet, catalog: &Catalog) -> admission::Reply {
     let reply = admission::review(Endpoint::Mutate, body, set, catalog);
     debug_assert_eq!(
         reply.summary.outcome,
-        bookend::admission::ReviewOutcome::Mutated
+        Some(bookend::engine::Outcome::Mutated)
     );
     reply
 }
@@ -80,7 +80,7 @@ fn review(c: &mut Criterion) {
             let reply = mutate(&input.body, set, &catalog);
             assert_eq!(
                 reply.summary.outcome,
-                bookend::admission::ReviewOutcome::Mutated,
+                Some(bookend::engine::Outcome::Mutated),
                 "{:?}",
                 reply.summary
             );
@@ -205,7 +205,7 @@ fn scale_tasks(c: &mut Criterion) {
             let reply = admission::review(Endpoint::Mutate, body, &set, &catalog);
             assert_eq!(
                 reply.summary.outcome,
-                bookend::admission::ReviewOutcome::Mutated,
+                Some(bookend::engine::Outcome::Mutated),
                 "{:?}",
                 reply.summary.reason
             );

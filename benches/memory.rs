@@ -58,7 +58,7 @@ fn main() {
     let trimmed = trim();
     println!(
         "{policies},{tasks},{start},{end},{peak},{build_ms},{},{trimmed}",
-        reply.summary.outcome.as_str()
+        reply.summary.outcome_label()
     );
     drop((set, catalog));
 }

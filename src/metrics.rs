@@ -242,7 +242,7 @@ impl Metrics {
             _ => "other",
         }
         .to_owned();
-        let outcome = summary.outcome.as_str();
+        let outcome = summary.outcome_label();
         self.requests
             .get_or_create(&RequestLabels {
                 endpoint,
@@ -373,7 +373,7 @@ mod tests {
         let m = Metrics::new();
         let summary = Summary {
             operation: "CREATE".into(),
-            outcome: crate::admission::ReviewOutcome::Mutated,
+            outcome: Some(crate::engine::Outcome::Mutated),
             injected: vec![("ClusterStepPolicy/a".into(), 2)],
             ..Summary::default()
         };

@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use bookend::engine::{self, Catalog, Outcome, Request};
 use bookend::policy::Settings;
-use bookend::policy::load::{policy_set, yaml_documents};
+use bookend::policy::load::yaml_documents;
+use bookend::source::walk::policy_set;
 use bookend::tekton::TaskRunView;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;

@@ -260,7 +260,7 @@ pub fn catalog_with(tasks: usize, extra: &[Value]) -> Catalog {
 /// label, an Audit policy on PipelineRun TaskRuns), as `bookend serve` loads them by default.
 pub fn example_policy_set() -> PolicySet {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
-    let loaded = bookend::policy::load::policy_set(&[dir], Settings::default());
+    let loaded = bookend::source::walk::policy_set(&[dir], Settings::default());
     assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
     loaded.set
 }

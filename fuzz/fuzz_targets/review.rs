@@ -2,7 +2,7 @@
 //! (HTTP 200) or an error (HTTP 400), and the body is always JSON of the documented shape.
 #![no_main]
 
-use bookend::admission::{Endpoint, ReviewOutcome, review};
+use bookend::admission::{Endpoint, review};
 use bookend_fuzz::{catalog, policies};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
@@ -20,13 +20,13 @@ fuzz_target!(|data: &[u8]| {
                 assert_eq!(r["status"]["code"], 400, "{body}");
                 assert!(r["patch"].is_null(), "{body}");
             }
-            assert_ne!(reply.summary.outcome, ReviewOutcome::Malformed);
+            assert!(reply.summary.outcome.is_some());
         } else {
             assert!(
                 body["error"].as_str().is_some_and(|e| !e.is_empty()),
                 "{body}"
             );
-            assert_eq!(reply.summary.outcome, ReviewOutcome::Malformed);
+            assert!(reply.summary.outcome.is_none());
         }
     }
 });

@@ -4,7 +4,8 @@
 
 use serde_json::Value;
 
-use super::{Answer, ObjectIn, Reply, RequestIn, Summary, answered, bad_request, parse};
+use super::wire::{ObjectIn, RequestIn};
+use super::{Answer, Endpoint, Parsed, Reply, Route, Summary, answered, bad_request, parse};
 use crate::engine::{self, Lookup};
 use crate::policy::PolicySet;
 
@@ -64,18 +65,18 @@ pub enum Read {
 
 /// Reads a Pod review.
 pub fn read(body: &[u8]) -> Read {
-    let (api_version, request, summary) = match parse(body) {
+    // No controller user: it matters only for the dry-run Task CREATEs of `/mutate`.
+    let Parsed {
+        api_version,
+        request,
+        summary,
+        route,
+    } = match parse(Endpoint::ValidatePods, body, "") {
         Ok(parsed) => parsed,
         Err(reply) => return Read::Malformed(reply),
     };
-    let owner = match (
-        &request.kind.group[..],
-        &request.kind.kind[..],
-        &request.object,
-    ) {
-        ("", "Pod", Some(ObjectIn(pod))) if request.operation == "CREATE" => {
-            owner_of(pod, &summary)
-        }
+    let owner = match (route, &request.object) {
+        (Route::Pod, Some(ObjectIn(pod))) => owner_of(pod, &summary),
         _ => None,
     };
     Read::Review(Box::new(PodReview {
@@ -119,7 +120,7 @@ pub fn answer(
     let Some(ObjectIn(pod)) = &request.object else {
         return bad_request(summary, "request.object is missing".to_owned());
     };
-    let decision = match (wanted, owner) {
+    let answer = match (wanted, owner) {
         (None, _) => Answer::allow(),
         (Some(wanted), OwnerLookup::Found(taskrun)) => {
             let uid = taskrun.pointer("/metadata/uid").and_then(Value::as_str);
@@ -151,19 +152,16 @@ pub fn answer(
             wanted.namespace, wanted.name
         )),
     };
-    let decision = match (mode, decision.message) {
+    let answer = match (mode, answer.message) {
         (PodBackstop::Warn, Some(refusal)) => {
             tracing::warn!(%refusal, "pod backstop (warn mode): would refuse");
             warn(format!(
                 "bookend (pod backstop in warn mode) would refuse this Pod: {refusal}"
             ))
         }
-        (_, message) => Answer {
-            message,
-            ..decision
-        },
+        (_, message) => Answer { message, ..answer },
     };
-    answered(&api_version, &request.uid, decision, summary)
+    answered(&api_version, &request.uid, answer, summary)
 }
 
 fn warn(warning: String) -> Answer {
@@ -176,8 +174,8 @@ fn warn(warning: String) -> Answer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::admission::ReviewOutcome;
     use crate::engine::Catalog;
+    use crate::engine::Outcome;
     use crate::policy::Settings;
     use crate::policy::load::policy_set_from_yaml;
     use serde_json::json;
@@ -311,7 +309,7 @@ mod tests {
             &set(),
             &Catalog::default(),
         );
-        assert_eq!(reply.summary.outcome, ReviewOutcome::Allowed);
+        assert_eq!(reply.summary.outcome, Some(Outcome::Allowed));
         assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }
 }

@@ -2,6 +2,7 @@ use super::*;
 use crate::engine::Catalog;
 use crate::policy::Settings;
 use crate::policy::load::policy_set_from_yaml;
+use base64::Engine as _;
 use serde_json::json;
 
 fn set() -> PolicySet {
@@ -102,7 +103,7 @@ fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
     assert_eq!(r["patchType"], "JSONPatch");
     let patch = decoded_patch(r);
     assert_eq!(patch[1]["path"], "/spec/taskSpec/steps/0");
-    assert_eq!(reply.summary.outcome, ReviewOutcome::Mutated);
+    assert_eq!(reply.summary.outcome, Some(Outcome::Mutated));
     assert_eq!(
         reply.summary.injected,
         vec![("ClusterStepPolicy/creds".to_owned(), 1)]
@@ -152,7 +153,7 @@ fn denials_are_200_with_allowed_false_and_code_400() {
             .unwrap()
             .contains("reserved prefix")
     );
-    assert_eq!(reply.summary.outcome, ReviewOutcome::Denied);
+    assert_eq!(reply.summary.outcome, Some(Outcome::Denied));
 }
 
 #[test]
@@ -176,7 +177,7 @@ fn malformed_requests_are_400_with_a_reason() {
             v["error"].as_str().unwrap().contains(reason),
             "{v} should say {reason}"
         );
-        assert_eq!(reply.summary.outcome, ReviewOutcome::Malformed);
+        assert_eq!(reply.summary.outcome, None);
     }
 }
 
@@ -284,7 +285,7 @@ fn the_real_apiserver_sample_is_mutated() {
     let body = include_bytes!("../../tests/fixtures/admission-review-taskrun-pipeline.json");
     let reply = mutate(body);
     assert!(reply.answered(), "{}", String::from_utf8_lossy(&reply.body));
-    assert_eq!(reply.summary.outcome, ReviewOutcome::Mutated);
+    assert_eq!(reply.summary.outcome, Some(Outcome::Mutated));
 }
 
 #[test]
@@ -334,7 +335,7 @@ fn the_answer_is_the_admission_review_the_api_expects() {
     // Every length of the last base64 group (padding "==", "=", none).
     for patch in [&b"[{}]"[..], b"[{}] ", b"[{}]  "] {
         let mutated = Answer {
-            outcome: ReviewOutcome::Mutated,
+            outcome: Outcome::Mutated,
             patch: Some(patch.to_vec()),
             audit_annotations: BTreeMap::from([
                 ("audit".to_owned(), "a,b".to_owned()),
@@ -369,7 +370,7 @@ fn the_backstop_hands_over_the_admitted_taskrun_for_events_and_reports() {
     injected["metadata"]["name"] = json!("x-7f2kq");
     injected["metadata"]["uid"] = json!("2b9c7b8e-0000-4000-8000-000000000001");
     let reply = validate(&create(injected.clone()));
-    assert_eq!(reply.summary.outcome, ReviewOutcome::Allowed);
+    assert_eq!(reply.summary.outcome, Some(Outcome::Allowed));
     let admitted = reply.summary.admitted.expect("an admitted TaskRun");
     assert_eq!(admitted.object, injected);
     assert_eq!(admitted.namespace, "team-a");
@@ -377,7 +378,69 @@ fn the_backstop_hands_over_the_admitted_taskrun_for_events_and_reports() {
     let dry = validate(&review_body("CREATE", injected.clone(), true));
     assert!(dry.summary.admitted.is_none());
     let refused = validate(&create(taskrun()));
-    assert_eq!(refused.summary.outcome, ReviewOutcome::Denied);
+    assert_eq!(refused.summary.outcome, Some(Outcome::Denied));
     assert!(refused.summary.admitted.is_none());
     assert!(mutate(&create(taskrun())).summary.admitted.is_none());
+}
+
+#[test]
+fn each_request_gets_one_route() {
+    use Endpoint::{Mutate, Validate, ValidatePods};
+    let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
+    // "group Kind OPERATION [dryRun] [controller] [status]"; group "-" is the core group.
+    let route = |endpoint, request: &str| {
+        let words: Vec<&str> = request.split(' ').collect();
+        let has = |word| words.contains(&word);
+        let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": words[2], "dryRun": has("dryRun"),
+                        "kind": {"group": words[0].trim_matches('-'), "version": "v1", "kind": words[1]},
+                        "userInfo": {"username": if has("controller") { controller } else { "alice" }},
+                        "subResource": if has("status") { "status" } else { "" }}});
+        let read = wire::read(&serde_json::to_vec(&body).unwrap()).unwrap();
+        Route::of(endpoint, &read.request.unwrap(), controller)
+    };
+    let backstop = |hand_over| Route::TaskRun(TaskRunCheck::Backstop { hand_over });
+    for (endpoint, request, want) in [
+        (
+            Mutate,
+            "tekton.dev TaskRun CREATE",
+            Route::TaskRun(TaskRunCheck::Inject),
+        ),
+        (Validate, "tekton.dev TaskRun CREATE", backstop(true)),
+        (
+            Validate,
+            "tekton.dev TaskRun CREATE dryRun",
+            backstop(false),
+        ),
+        (ValidatePods, "tekton.dev TaskRun CREATE", backstop(false)),
+        (Mutate, "tekton.dev TaskRun UPDATE", Route::Other),
+        (
+            Validate,
+            "tekton.dev TaskRun CREATE status",
+            Route::Subresource,
+        ),
+        (
+            Mutate,
+            "tekton.dev Task CREATE dryRun controller",
+            Route::ResolvedTask,
+        ),
+        (Mutate, "tekton.dev Task CREATE dryRun", Route::Other),
+        (Mutate, "tekton.dev Task CREATE controller", Route::Other),
+        (
+            Validate,
+            "tekton.dev Task CREATE dryRun controller",
+            Route::Other,
+        ),
+        (
+            Validate,
+            "bookend.dev StepPolicy UPDATE",
+            Route::PolicyObject,
+        ),
+        (Mutate, "bookend.dev StepPolicy UPDATE", Route::Other),
+        (ValidatePods, "- Pod CREATE", Route::Pod),
+        (ValidatePods, "- Pod CREATE status", Route::Pod),
+        (Validate, "- Pod CREATE", Route::Other),
+    ] {
+        assert_eq!(route(endpoint, request), want, "{endpoint:?} {request}");
+    }
 }

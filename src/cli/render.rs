@@ -9,10 +9,11 @@ use serde_json::Value;
 use super::{EngineArgs, exit};
 use crate::engine::{self, Catalog, Lookup, Outcome, Request, refuses_inline_task_spec};
 use crate::patch::Operation;
-use crate::policy::load::{policy_set, yaml_documents};
+use crate::policy::load::yaml_documents;
 use crate::policy::select::Labels;
 use crate::policy::{PolicySet, Settings};
 use crate::source::files::load_catalog;
+use crate::source::walk::policy_set;
 use crate::tekton::{TaskObject, TaskRunView};
 
 #[derive(Args, Debug)]

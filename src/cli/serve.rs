@@ -187,7 +187,6 @@ impl ServeArgs {
                 PodBackstopArg::Enforce => PodBackstop::Enforce,
                 PodBackstopArg::Warn => PodBackstop::Warn,
             },
-            review: crate::admission::review,
         })
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{EngineArgs, exit, plural};
-use crate::policy::load::policy_set;
+use crate::source::walk::policy_set;
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {

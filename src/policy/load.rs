@@ -1,7 +1,6 @@
-//! Reading policies from files, directories and API objects, with errors that name the file,
-//! the policy and the field.
-
-use std::path::{Path, PathBuf};
+//! Reading policies from YAML text and API objects, with errors that name the source, the
+//! policy and the field. Pure: the files these texts come from are listed and read by
+//! [`crate::source::walk`].
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -22,52 +21,6 @@ pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
     Ok(docs)
 }
 
-/// Lists the policy files under `paths`: files as given, directories recursively (`.yaml`,
-/// `.yml`, `.json`; hidden entries skipped), sorted for a stable order.
-pub fn policy_files(paths: &[PathBuf]) -> Result<Vec<PathBuf>, Issue> {
-    let mut files = Vec::new();
-    for path in paths {
-        collect(path, &mut files).map_err(|e| Issue {
-            source: path.display().to_string(),
-            policy: "-".to_owned(),
-            path: "-".to_owned(),
-            message: e,
-            kind: IssueKind::Invalid,
-        })?;
-    }
-    Ok(files)
-}
-
-fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
-    let meta = std::fs::metadata(path).map_err(|e| format!("cannot read: {e}"))?;
-    if meta.is_file() {
-        files.push(path.to_owned());
-        return Ok(());
-    }
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path)
-        .map_err(|e| format!("cannot list directory: {e}"))?
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| {
-            !p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with('.'))
-        })
-        .collect();
-    entries.sort();
-    for entry in entries {
-        if entry.is_dir() {
-            collect(&entry, files)?;
-        } else if matches!(
-            entry.extension().and_then(|e| e.to_str()),
-            Some("yaml" | "yml" | "json")
-        ) {
-            files.push(entry);
-        }
-    }
-    Ok(())
-}
-
 /// Policies loaded and built: the set (invalid policies left out) and every problem found.
 #[derive(Debug)]
 pub struct LoadedSet {
@@ -78,7 +31,9 @@ pub struct LoadedSet {
 }
 
 impl LoadedSet {
-    fn build(docs: Vec<PolicyDoc>, mut issues: Vec<Issue>, settings: Settings) -> Self {
+    /// Builds `docs` into a set; `issues` are the problems found while reading them, kept
+    /// ahead of the set's own.
+    pub fn build(docs: Vec<PolicyDoc>, mut issues: Vec<Issue>, settings: Settings) -> Self {
         let documents = docs.len();
         let (set, build_issues) = PolicySet::build(docs, settings);
         issues.extend(build_issues);
@@ -88,12 +43,6 @@ impl LoadedSet {
             documents,
         }
     }
-}
-
-/// Loads, validates and builds the policies in the files and directories `paths`.
-pub fn policy_set(paths: &[PathBuf], settings: Settings) -> LoadedSet {
-    let (docs, issues) = load_paths(paths);
-    LoadedSet::build(docs, issues, settings)
 }
 
 /// Validates and builds the policies in one YAML (or JSON) stream; `source` names it in issues.
@@ -132,36 +81,8 @@ pub fn policy_set_from_objects(source: &str, objects: &[Value], settings: Settin
     LoadedSet::build(docs, issues, settings)
 }
 
-/// Reads every policy under `paths`: what parsed, and every problem found.
-fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
-    let files = match policy_files(paths) {
-        Ok(f) => f,
-        Err(issue) => return (Vec::new(), vec![issue]),
-    };
-    let mut docs = Vec::new();
-    let mut issues = Vec::new();
-    for file in files {
-        let source = file.display().to_string();
-        match std::fs::read_to_string(&file) {
-            Ok(text) => {
-                let (d, i) = parse_policies(&source, &text);
-                docs.extend(d);
-                issues.extend(i);
-            }
-            Err(e) => issues.push(Issue {
-                source,
-                policy: "-".to_owned(),
-                path: "-".to_owned(),
-                message: format!("cannot read: {e}"),
-                kind: IssueKind::Invalid,
-            }),
-        }
-    }
-    (docs, issues)
-}
-
 /// Parses every policy in one YAML stream. `List` objects are unpacked.
-fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
+pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
     let values = match yaml_documents(text) {
         Ok(v) => v,
         Err(message) => {
@@ -378,27 +299,5 @@ spec:
         assert!(issues[0].message.starts_with("invalid YAML"));
         let (_, issues) = parse_policies("x.yaml", "- a\n- b\n");
         assert!(issues[0].message.contains("not a YAML mapping"));
-    }
-
-    #[test]
-    fn directories_are_read_recursively_in_order() {
-        let dir = tempfile::tempdir().unwrap();
-        let policy = |name: &str| {
-            format!(
-                "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: {name}}}\n"
-            )
-        };
-        std::fs::create_dir(dir.path().join("sub")).unwrap();
-        std::fs::write(dir.path().join("b.yaml"), policy("b")).unwrap();
-        std::fs::write(dir.path().join("a.yml"), policy("a")).unwrap();
-        std::fs::write(dir.path().join("sub/c.json"), r#"{"apiVersion":"bookend.dev/v1alpha1","kind":"ClusterStepPolicy","metadata":{"name":"c"}}"#).unwrap();
-        std::fs::write(dir.path().join("README.md"), "not yaml").unwrap();
-        std::fs::write(dir.path().join(".hidden.yaml"), "broken: [").unwrap();
-        let (docs, issues) = load_paths(&[dir.path().to_owned()]);
-        assert!(issues.is_empty(), "{issues:?}");
-        let names: Vec<_> = docs.iter().map(|d| d.id.name().to_owned()).collect();
-        assert_eq!(names, ["a", "b", "c"]);
-        let (_, issues) = load_paths(&[dir.path().join("missing")]);
-        assert!(issues[0].message.starts_with("cannot read"));
     }
 }

@@ -1,6 +1,7 @@
-//! The routers: the webhook (`POST /mutate`, `POST /validate`) and the admin port (`/livez`,
-//! `/readyz`, `/metrics`). Handlers only unwrap the HTTP request, call
-//! [`admission::review`], and wrap the reply; they add metrics and the request span.
+//! The routers: the webhook (`POST /mutate`, `POST /validate`, `POST /validate-pods`) and the
+//! admin port (`/livez`, `/readyz`, `/metrics`). Handlers only unwrap the HTTP request, call
+//! [`crate::admission::review`] (for a Pod, [`crate::admission::pods`], with the owning
+//! TaskRun fetched in between), and wrap the reply; they add metrics and the request span.
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -19,7 +20,8 @@ use tracing::field::Empty;
 
 use super::Review;
 use crate::admission::pods::{self, OwnerLookup, PodBackstop};
-use crate::admission::{Endpoint, Reply, ReviewOutcome, Summary};
+use crate::admission::{Endpoint, Reply, Summary};
+use crate::engine::Outcome;
 use crate::events::Followups;
 use crate::metrics::{self, Metrics};
 use crate::source::{PolicySource, Snapshot};
@@ -39,7 +41,8 @@ pub struct AppState {
     pub followups: Option<Followups>,
 }
 
-/// `POST /mutate` and `POST /validate`; JSON 404 and 405 for anything else.
+/// `POST /mutate`, `POST /validate` and `POST /validate-pods`; JSON 404 and 405 for anything
+/// else.
 pub fn webhook_router(state: Arc<AppState>) -> Router {
     Router::new()
         .route("/mutate", post(mutate))
@@ -260,7 +263,7 @@ fn too_large() -> (StatusCode, Vec<u8>, Summary) {
 
 fn error(status: StatusCode, reason: &str) -> (StatusCode, Vec<u8>, Summary) {
     let summary = Summary {
-        outcome: ReviewOutcome::Malformed,
+        outcome: None,
         reason: Some(reason.to_owned()),
         ..Summary::default()
     };
@@ -289,15 +292,15 @@ fn record(summary: &Summary, latency: Duration) {
         span.record("operation", summary.operation.as_str());
     }
     span.record("dry_run", summary.dry_run);
-    span.record("outcome", summary.outcome.as_str());
+    span.record("outcome", summary.outcome_label());
     span.record("latency_us", latency.as_micros() as u64);
 }
 
 fn log(status: StatusCode, summary: &Summary) {
     let reason = summary.reason.as_deref().unwrap_or("");
     match summary.outcome {
-        ReviewOutcome::Denied => tracing::info!(reason, "denied"),
-        ReviewOutcome::Mutated => {
+        Some(Outcome::Denied) => tracing::info!(reason, "denied"),
+        Some(Outcome::Mutated) => {
             let injected: Vec<String> = summary
                 .injected
                 .iter()
@@ -309,8 +312,8 @@ fn log(status: StatusCode, summary: &Summary) {
                 "mutated"
             );
         }
-        ReviewOutcome::Allowed => tracing::info!(warnings = summary.warnings, "allowed"),
-        ReviewOutcome::Malformed => {
+        Some(Outcome::Allowed) => tracing::info!(warnings = summary.warnings, "allowed"),
+        None => {
             tracing::warn!(status = status.as_u16(), reason, "malformed request")
         }
     }
@@ -336,7 +339,7 @@ async fn discard_body(request: Request) {
 
 async fn not_found(request: Request) -> Response {
     let message = format!(
-        "no such endpoint {}: use POST /mutate or POST /validate",
+        "no such endpoint {}: use POST /mutate, POST /validate or POST /validate-pods",
         request.uri().path()
     );
     discard_body(request).await;

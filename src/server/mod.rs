@@ -3,7 +3,7 @@
 //! ```text
 //!  Config ──bind()──▶ Bound ──run(shutdown)──▶ ()
 //!    │                  │
-//!    ├─ TlsStore::load  ├─ conn::serve_tls   TLS :8443, /mutate /validate
+//!    ├─ TlsStore::load  ├─ conn::serve_tls   TLS :8443, /mutate /validate /validate-pods
 //!    └─ PolicySource    ├─ axum::serve       HTTP :8080, /livez /readyz /metrics
 //!                       └─ reload task       polls the certificate and the policy source
 //! ```
@@ -51,8 +51,9 @@ pub enum PolicySourceConfig {
     Kubernetes(crate::events::Options),
 }
 
-/// How one AdmissionReview body is answered: [`crate::admission::review`]. A field so that a
-/// test can wrap it (e.g. to make it panic); production never sets anything else.
+/// How one AdmissionReview body on `/mutate` or `/validate` is answered (`/validate-pods`
+/// goes through [`crate::admission::pods`]):
+/// [`crate::admission::review`] in production; [`test_support`] lets a test wrap it.
 pub type Review = fn(Endpoint, &[u8], &PolicySet, &dyn Lookup) -> Reply;
 
 /// The typed configuration of the server (`bookend serve` builds it from its flags).
@@ -69,7 +70,6 @@ pub struct Config {
     pub reload_interval: Duration,
     /// What `/validate-pods` does with a TaskRun Pod that lacks steps.
     pub pod_backstop: PodBackstop,
-    pub review: Review,
 }
 
 /// Why the server could not start. Messages name the flag to fix.
@@ -106,6 +106,25 @@ pub struct Bound {
 
 /// Loads the certificate and the policies, and binds both listeners.
 pub async fn bind(config: Config) -> Result<Bound, Error> {
+    bind_with(config, crate::admission::review).await
+}
+
+/// For the integration tests, not for production: a server whose reviews `review` answers.
+/// Outside [`Config`] so that `bookend serve` has no way to set it; a module rather than
+/// `#[cfg(test)]` because integration tests build the library without `cfg(test)`.
+#[doc(hidden)]
+pub mod test_support {
+    pub use super::Review;
+    use super::{Bound, Config, Error};
+
+    /// [`bind`](super::bind), with `review` in place of [`crate::admission::review`] (a test
+    /// wraps it, e.g. to make it panic and check the server survives).
+    pub async fn bind_with_review(config: Config, review: Review) -> Result<Bound, Error> {
+        super::bind_with(config, review).await
+    }
+}
+
+async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
     let metrics = Metrics::new();
     let tls = Arc::new(TlsStore::load(config.tls.clone(), metrics.clone())?);
     let mut followups = None;
@@ -153,7 +172,7 @@ pub async fn bind(config: Config) -> Result<Bound, Error> {
         metrics,
         ready: AtomicBool::new(false),
         request_timeout: config.request_timeout,
-        review: config.review,
+        review,
         pod_backstop: config.pod_backstop,
         followups,
     });

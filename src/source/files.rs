@@ -7,11 +7,12 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use sha2::{Digest, Sha256};
 
+use super::walk::{policy_files, policy_set};
 use super::{PolicySource, Snapshot};
 use crate::engine::Catalog;
 use crate::metrics::Metrics;
 use crate::policy::Settings;
-use crate::policy::load::{policy_files, policy_set, yaml_documents};
+use crate::policy::load::yaml_documents;
 
 /// Why a policy set could not be loaded: one line per problem, each naming the file, the
 /// policy and the field.

@@ -6,6 +6,7 @@
 pub mod files;
 pub mod kubernetes;
 pub mod status;
+pub mod walk;
 
 use std::sync::Arc;
 

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 
-use bookend::policy::load::policy_set;
 use bookend::policy::{PolicySet, Settings};
+use bookend::source::walk::policy_set;
 
 /// The repository root.
 pub fn root() -> PathBuf {

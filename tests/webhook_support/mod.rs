@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use bookend::policy::Settings;
+use bookend::server::test_support::{self, Review};
 use bookend::server::tls::TlsFiles;
-use bookend::server::{self, Config, PolicySourceConfig, Review};
+use bookend::server::{Config, PolicySourceConfig};
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DnType, ExtendedKeyUsagePurpose, IsCa,
     KeyPair, KeyUsagePurpose,
@@ -215,10 +216,12 @@ impl TestServer {
             request_timeout: options.request_timeout,
             drain_timeout: options.drain_timeout,
             reload_interval: options.reload_interval,
-            review: options.review,
             pod_backstop: Default::default(),
         };
-        let bound = server::bind(config).await.expect("server binds");
+        // bookend::server::bind is this with bookend::admission::review, the default here.
+        let bound = test_support::bind_with_review(config, options.review)
+            .await
+            .expect("server binds");
         let (addr, admin) = (bound.webhook_addr(), bound.admin_addr());
         let (tx, rx) = oneshot::channel::<()>();
         let handle = tokio::spawn(bound.run(async move {

@@ -10,9 +10,10 @@ use serde_json::Value;
 
 use super::diff::diff;
 use crate::engine::{self, Catalog, Outcome, Request};
-use crate::policy::load::{policy_files, policy_set, yaml_documents};
+use crate::policy::load::yaml_documents;
 use crate::policy::{PolicySet, Settings};
 use crate::source::files::load_catalog;
+use crate::source::walk::{policy_files, policy_set};
 use crate::tekton::{self, TaskRunView};
 
 /// `apiVersion` of a test file.

@@ -1,0 +1,156 @@
+//! The routes the engine decides: a TaskRun CREATE (`Route::TaskRun`: injected on `/mutate`,
+//! checked by the backstop on `/validate`) and the dry-run Task CREATE of a remotely resolved
+//! Task (`Route::ResolvedTask`). Each turns the engine's [`Decision`] into the `Answer` the
+//! AdmissionReview carries. A file of its own so that the front file holds only the endpoints
+//! and the routing.
+
+use serde_json::Value;
+
+use super::wire::RequestIn;
+use super::{Answer, Summary, TaskRunCheck, request_object};
+use crate::engine::{self, Decision, Lookup, Outcome, Request};
+use crate::policy::PolicySet;
+use crate::tekton;
+
+/// A TaskRun CREATE: the engine's decision, as `/mutate` injects it or as the backstop checks it.
+pub(super) fn taskrun(
+    check: TaskRunCheck,
+    request: &RequestIn,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    summary: &mut Summary,
+) -> Result<Answer, String> {
+    let object = request_object(request)?;
+    let view = tekton::TaskRunView::new(object).ok_or_else(|| {
+        format!(
+            "request.object is not a tekton.dev/{} TaskRun",
+            request.kind.version
+        )
+    })?;
+    let namespace = request
+        .namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .or(view.namespace())
+        .unwrap_or("default");
+    if summary.name.is_empty() {
+        summary.name = view.display_name();
+    }
+    let request = Request {
+        object,
+        namespace,
+        dry_run: summary.dry_run,
+    };
+    Ok(match check {
+        TaskRunCheck::Inject => mutate_answer(engine::decide_patch(request, set, lookup), summary),
+        TaskRunCheck::Backstop { .. } => {
+            backstop_answer(object, engine::decide_backstop(request, set, lookup))
+        }
+    })
+}
+
+/// The dry-run Task CREATE of Tekton's controller for a remotely resolved Task.
+pub(super) fn resolved_task(
+    request: &RequestIn,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+    summary: &mut Summary,
+) -> Result<Answer, String> {
+    let object = request_object(request)?;
+    let namespace = request
+        .namespace
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| "request.namespace is missing".to_owned())?;
+    let decision = engine::decide_resolved_task(
+        Request {
+            object,
+            namespace,
+            dry_run: true,
+        },
+        set,
+        lookup,
+    );
+    Ok(mutate_answer(decision, summary))
+}
+
+fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
+    let Decision {
+        outcome,
+        patch,
+        message,
+        warnings,
+        audit_annotations,
+        injected,
+        ..
+    } = decision;
+    match outcome {
+        Outcome::Denied => Answer {
+            warnings,
+            ..Answer::deny(message.unwrap_or_default())
+        },
+        Outcome::Allowed => Answer {
+            warnings,
+            audit_annotations,
+            ..Answer::allow()
+        },
+        Outcome::Mutated => {
+            summary.injected = injected;
+            Answer {
+                outcome,
+                message: None,
+                patch: Some(serde_json::to_vec(&patch).expect("a patch serialises")),
+                warnings,
+                audit_annotations,
+            }
+        }
+    }
+}
+
+/// The validating backstop: the final object must already be what the mutating webhook makes
+/// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
+/// were modified after injection.
+fn backstop_answer(object: &Value, decision: Decision) -> Answer {
+    match decision.outcome {
+        Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
+        Outcome::Allowed => Answer::allow(),
+        Outcome::Mutated => {
+            let spec_changes: Vec<String> = decision
+                .patch
+                .iter()
+                .filter(|op| op.path().starts_with("/spec"))
+                .map(|op| describe(op, object))
+                .collect();
+            if spec_changes.is_empty() {
+                return Answer::allow();
+            }
+            let policies = decision
+                .injected
+                .iter()
+                .map(|(p, _)| p.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            Answer::deny(format!(
+                "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
+                spec_changes.join("; ")
+            ))
+        }
+    }
+}
+
+fn describe(op: &crate::patch::Operation, object: &Value) -> String {
+    use crate::patch::Operation;
+    let name_of = |v: &Value| {
+        tekton::step_name(v)
+            .map(|n| format!(" ({n})"))
+            .unwrap_or_default()
+    };
+    match op {
+        Operation::Add { path, value } => format!("missing {path}{}", name_of(value)),
+        Operation::Replace { path, .. } => format!("changed {path}"),
+        Operation::Remove { path } => {
+            let current = object.pointer(path).map(name_of).unwrap_or_default();
+            format!("unexpected {path}{current}")
+        }
+    }
+}
