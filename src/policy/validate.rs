@@ -687,6 +687,113 @@ mod tests {
         );
     }
 
+    /// Every message and path `check_step` gives, in order: the characterisation the rule
+    /// groups keep.
+    #[test]
+    fn every_step_rule_keeps_its_path_and_message() {
+        let spec: StepPolicySpec = serde_json::from_value(serde_json::json!({
+            "volumes": [{"name": "bookend-cache", "emptyDir": {}}],
+            "preSteps": [
+                {"name": "Bad_Name", "image": "alpine", "timeout": "-5s",
+                 "volumeMounts": [
+                     {"name": "tekton-internal-x", "mountPath": "/tekton/results"},
+                     {"name": "nope", "mountPath": "/ok"}
+                 ],
+                 "onError": "ignore",
+                 "results": [
+                     {"name": "-bad"},
+                     {"name": "obj", "type": "object"},
+                     {"name": "num", "type": "number"}
+                 ],
+                 "when": [
+                     {},
+                     {"cel": "true", "input": "a"},
+                     {"input": "a", "operator": "equals"}
+                 ],
+                 "workspaces": [{"name": ""}]},
+                {"name": "", "command": ["sh"], "script": "echo $(steps.a.results.b)",
+                 "params": [{"name": "p", "value": "v"}], "timeout": "5 minutes",
+                 "workingDir": "$(steps.a.results.dir)",
+                 "imagePullPolicy": "$(steps.a.results.policy)"},
+                {"name": "bookend-ref", "image": "x", "command": ["a"], "args": ["b"],
+                 "script": "s", "workingDir": "/w", "env": [], "volumeMounts": [],
+                 "results": [], "ref": {"params": []}},
+                {"name": "bookend-both", "ref": {"name": "a", "resolver": "git"}},
+                {"name": "bookend-bad-ref", "ref": {"name": "Not_A_Name"}},
+                {"name": "bookend-verdict", "image": "alpine"},
+                {"name": format!("bookend-{}", "a".repeat(51)), "image": "alpine"}
+            ]
+        }))
+        .unwrap();
+        let expected = [
+            r#"spec.preSteps[0].name: step name "Bad_Name" must start with the reserved prefix "bookend-" (rename it to "bookend-Bad_Name")"#,
+            r#"spec.preSteps[0].name: invalid value "Bad_Name": Task step name must be a valid DNS Label (lowercase letters, digits and '-')"#,
+            r#"spec.preSteps[0].timeout: invalid value: -5s: negative timeout"#,
+            r#"spec.preSteps[0].volumeMounts[0].mountPath: volumeMount cannot be mounted under /tekton/ (volumeMount "tekton-internal-x" mounted at "/tekton/results")"#,
+            r#"spec.preSteps[0].volumeMounts[0].name: volumeMount name "tekton-internal-x" cannot start with "tekton-internal-""#,
+            r#"spec.preSteps[0].volumeMounts[1].name: volume "nope" is not defined in spec.volumes of this policy; add it there"#,
+            r#"spec.preSteps[0].onError: invalid value: "ignore": Task step onError must be either "continue" or "stopAndFail""#,
+            r#"spec.preSteps[0].results[0].name: invalid key name "-bad""#,
+            r#"spec.preSteps[0].results[1].properties: missing field(s): an object result needs properties"#,
+            r#"spec.preSteps[0].results[2].type: invalid value: number: use string, array or object"#,
+            r#"spec.preSteps[0].when[0]: missing field(s): an empty when expression"#,
+            r#"spec.preSteps[0].when[1]: cel and input+operator+values cannot be set in one WhenExpression"#,
+            r#"spec.preSteps[0].when[2].operator: invalid value: operator "equals" is not recognized. valid operators: in,notin"#,
+            r#"spec.preSteps[0].when[2].values: invalid value: expecting non-empty values field"#,
+            r#"spec.preSteps[0].workspaces[0].name: missing field(s): name"#,
+            r#"spec.preSteps[1].name: missing field(s): injected steps need a name starting with "bookend-""#,
+            r#"spec.preSteps[1].params: params cannot be used without Ref"#,
+            r#"spec.preSteps[1].image: missing field(s): an injected inline step needs its own image (the TaskRun's stepTemplate may not set one)"#,
+            r#"spec.preSteps[1].script: script cannot be used with command"#,
+            r#"spec.preSteps[1].timeout: invalid value "5 minutes": unknown unit " minutes" in duration "5 minutes""#,
+            r#"spec.preSteps[1].script: stepResult substitutions are only allowed in env, command and args. Found usage in: script"#,
+            r#"spec.preSteps[1].workingDir: stepResult substitutions are only allowed in env, command and args. Found usage in: workingDir"#,
+            r#"spec.preSteps[1].imagePullPolicy: stepResult substitutions are only allowed in env, command and args. Found usage in: imagePullPolicy"#,
+            r#"spec.preSteps[2].image: image cannot be used with Ref"#,
+            r#"spec.preSteps[2].command: command cannot be used with Ref"#,
+            r#"spec.preSteps[2].args: args cannot be used with Ref"#,
+            r#"spec.preSteps[2].script: script cannot be used with Ref"#,
+            r#"spec.preSteps[2].workingDir: working dir cannot be used with Ref"#,
+            r#"spec.preSteps[2].env: env cannot be used with Ref"#,
+            r#"spec.preSteps[2].volumeMounts: volumeMounts cannot be used with Ref"#,
+            r#"spec.preSteps[2].results: results cannot be used with Ref"#,
+            r#"spec.preSteps[2].ref: expected exactly one, got neither: ref.name, ref.resolver"#,
+            r#"spec.preSteps[2].ref.resolver: missing field(s): resolver params need a resolver"#,
+            r#"spec.preSteps[3].ref: expected exactly one, got both: ref.name, ref.resolver"#,
+            r#"spec.preSteps[4].ref.name: invalid value "Not_A_Name": a StepAction name must be a Kubernetes name"#,
+            r#"spec.preSteps[5].name: step name "bookend-verdict" is reserved for bookend's own gate and verdict steps"#,
+            r#"spec.preSteps[6].name: step name "bookend-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" is 59 characters; at most 58 are allowed (Tekton cuts container names at 63 characters, "step-" included)"#,
+        ];
+        assert_eq!(messages(&check_spec(&spec, &settings())), expected);
+    }
+
+    /// The spec-level rules' paths and messages.
+    #[test]
+    fn every_volume_and_name_rule_keeps_its_path_and_message() {
+        let spec: StepPolicySpec = serde_json::from_value(serde_json::json!({
+            "volumes": [
+                {"name": "Bad_Vol", "emptyDir": {}},
+                {"name": "tekton-internal-x", "emptyDir": {}},
+                {"name": "bookend-a", "emptyDir": {}},
+                {"name": "bookend-a", "emptyDir": {}},
+                {"name": "bookend-none"},
+                {"name": "bookend-two", "emptyDir": {}, "secret": {"secretName": "s"}}
+            ],
+            "preSteps": [{"name": "bookend-x", "image": "alpine"}],
+            "postSteps": [{"name": "bookend-x", "image": "alpine"}]
+        }))
+        .unwrap();
+        let expected = [
+            r#"spec.volumes[0].name: invalid volume name "Bad_Vol": must be a DNS-1123 label"#,
+            r#"spec.volumes[1].name: volume name "tekton-internal-x" cannot start with "tekton-internal-" (reserved by Tekton)"#,
+            r#"spec.volumes[3].name: multiple volumes with same name "bookend-a""#,
+            r#"spec.volumes[4]: volume "bookend-none" needs exactly one source (emptyDir, secret, configMap, ...)"#,
+            r#"spec.volumes[5]: volume "bookend-two" needs exactly one source (emptyDir, secret, configMap, ...)"#,
+            r#"spec.postSteps[0].name: step name "bookend-x" is used twice in this policy"#,
+        ];
+        assert_eq!(messages(&check_spec(&spec, &settings())), expected);
+    }
+
     #[test]
     fn go_durations() {
         assert_eq!(parse_go_duration("1h30m").unwrap(), 5400.0);
