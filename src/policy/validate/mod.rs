@@ -1,105 +1,105 @@
 //! Policy checks: Tekton's own Step rules (`Step.Validate` in Tekton's
-//! `pkg/apis/pipeline/v1/container_validation.go`) on every injected step, plus bookend's rules
+//! `pkg/apis/pipeline/v1/container_validation.go`, and the step parts of `TaskSpec.Validate`)
+//! on every injected step, one function per rule group ([`step`]), plus bookend's rules
 //! (reserved prefix, length, volumes, selectors, globs).
+//!
+//! Errors are collected with the path of their field ([`FieldPath`], after knative's
+//! `apis.FieldError`), relative to the policy object: `spec.preSteps[0].volumeMounts[2].name`.
+
+mod path;
+mod step;
+mod syntax;
 
 use std::collections::BTreeSet;
 
-use super::api::{Step, StepPolicySpec};
+use super::api::StepPolicySpec;
 use super::select::{Matcher, is_dns_label};
 use super::{FieldError, Issue, IssueKind, Settings};
 
-/// Longest injected step name: Tekton's container name `step-<name>` is cut at 63 characters, so
-/// two names that share their first 58 characters collide at Pod creation.
-pub const MAX_STEP_NAME: usize = 58;
+pub use path::{Errors, FieldPath};
+pub use step::MAX_STEP_NAME;
+pub use syntax::{DurationError, clean_path, parse_go_duration};
 
 /// Everything that can be checked on one policy spec alone. Cross-policy rules (unique step
 /// names) live in [`super::PolicySet`].
 pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
-    let mut errors = Vec::new();
+    let at = FieldPath::new("spec");
+    let mut errs = Errors::new();
+    criteria(spec, &at, &mut errs);
+    volumes(spec, &at, &mut errs);
+    steps(spec, &at, settings, &mut errs);
+    errs.into_vec()
+}
+
+/// `match` and `exclude`: globs and selectors compile; an `exclude` selector is not empty.
+fn criteria(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) {
     for (field, criteria, is_exclude) in [
-        ("spec.match", &spec.match_, false),
-        ("spec.exclude", &spec.exclude, true),
+        ("match", &spec.match_, false),
+        ("exclude", &spec.exclude, true),
     ] {
-        if let Err(errs) = Matcher::new(criteria) {
-            errors.extend(
-                errs.into_iter()
-                    .map(|e| FieldError::new(format!("{field}.{}", e.path), e.message)),
+        let at = at.field(field);
+        if let Err(found) = Matcher::new(criteria) {
+            errs.extend(
+                found
+                    .into_iter()
+                    .map(|e| FieldError::new(at.field(&e.path).as_str(), e.message)),
             );
         }
-        if is_exclude {
-            for (name, sel) in [
-                ("selector", &criteria.selector),
-                ("namespaceSelector", &criteria.namespace_selector),
-            ] {
-                if sel.as_ref().is_some_and(|s| {
-                    s.match_labels.as_ref().is_none_or(|m| m.is_empty())
-                        && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
-                }) {
-                    errors.push(FieldError::new(
-                        format!("{field}.{name}"),
-                        "an empty selector selects everything, so this would exclude every TaskRun; remove it or give it matchLabels/matchExpressions",
-                    ));
-                }
+        if !is_exclude {
+            continue;
+        }
+        for (name, sel) in [
+            ("selector", &criteria.selector),
+            ("namespaceSelector", &criteria.namespace_selector),
+        ] {
+            if sel.as_ref().is_some_and(|s| {
+                s.match_labels.as_ref().is_none_or(|m| m.is_empty())
+                    && s.match_expressions.as_ref().is_none_or(|m| m.is_empty())
+            }) {
+                errs.add(
+                    &at.field(name),
+                    "an empty selector selects everything, so this would exclude every TaskRun; remove it or give it matchLabels/matchExpressions",
+                );
             }
         }
     }
+}
 
-    let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
-    let mut seen_volumes = BTreeSet::new();
+/// `spec.volumes`: DNS labels, not Tekton's, unique (`ValidateVolumes`), one source each.
+fn volumes(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) {
+    let mut seen = BTreeSet::new();
     for (i, volume) in spec.volumes.iter().enumerate() {
-        let path = format!("spec.volumes[{i}].name");
-        if !is_dns_label(&volume.name) {
-            errors.push(FieldError::new(
-                &path,
-                format!(
-                    "invalid volume name {:?}: must be a DNS-1123 label",
-                    volume.name
-                ),
-            ));
+        let at = at.field_index("volumes", i);
+        let name = &volume.name;
+        if !is_dns_label(name) {
+            errs.add(
+                &at.field("name"),
+                format!("invalid volume name {name:?}: must be a DNS-1123 label"),
+            );
         }
-        if volume.name.starts_with("tekton-internal-") {
-            errors.push(FieldError::new(
-                &path,
+        if name.starts_with("tekton-internal-") {
+            errs.add(
+                &at.field("name"),
                 format!(
-                    "volume name {:?} cannot start with \"tekton-internal-\" (reserved by Tekton)",
-                    volume.name
+                    "volume name {name:?} cannot start with \"tekton-internal-\" (reserved by Tekton)"
                 ),
-            ));
+            );
         }
-        if !seen_volumes.insert(volume.name.as_str()) {
-            errors.push(FieldError::new(
-                &path,
-                format!("multiple volumes with same name {:?}", volume.name),
-            ));
+        if !seen.insert(name.as_str()) {
+            errs.add(
+                &at.field("name"),
+                format!("multiple volumes with same name {name:?}"),
+            );
         }
         if volume_source_count(volume) != 1 {
-            errors.push(FieldError::new(
-                format!("spec.volumes[{i}]"),
+            errs.add(
+                &at,
                 format!(
-                    "volume {:?} needs exactly one source (emptyDir, secret, configMap, ...)",
-                    volume.name
+                    "volume {name:?} needs exactly one source (emptyDir, secret, configMap, ...)"
                 ),
-            ));
+            );
         }
     }
-
-    let mut names = BTreeSet::new();
-    for (list, steps) in [
-        ("preSteps", &spec.pre_steps),
-        ("postSteps", &spec.post_steps),
-    ] {
-        for (i, step) in steps.iter().enumerate() {
-            let path = format!("spec.{list}[{i}]");
-            if !step.name.is_empty() && !names.insert(step.name.as_str()) {
-                errors.push(FieldError::new(
-                    format!("{path}.name"),
-                    format!("step name {:?} is used twice in this policy", step.name),
-                ));
-            }
-            check_step(step, &path, settings, &volume_names, &mut errors);
-        }
-    }
-    errors
 }
 
 fn volume_source_count(volume: &k8s_openapi::api::core::v1::Volume) -> usize {
@@ -109,361 +109,30 @@ fn volume_source_count(volume: &k8s_openapi::api::core::v1::Volume) -> usize {
     }
 }
 
-/// Tekton's Step rules and bookend's naming rules for one injected step.
-fn check_step(
-    step: &Step,
-    path: &str,
-    settings: &Settings,
-    volume_names: &BTreeSet<&str>,
-    errors: &mut Vec<FieldError>,
-) {
-    let mut err = |field: &str, message: String| {
-        let p = if field.is_empty() {
-            path.to_owned()
-        } else {
-            format!("{path}.{field}")
-        };
-        errors.push(FieldError::new(p, message));
+/// `preSteps` and `postSteps`: names unique within the policy (`StepList.Validate`), and each
+/// step by Tekton's rule groups.
+fn steps(spec: &StepPolicySpec, at: &FieldPath, settings: &Settings, errs: &mut Errors) {
+    let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
+    let cx = step::Context {
+        settings,
+        volume_names: &volume_names,
     };
-    let prefix = &settings.prefix;
-
-    // Name: bookend's rules first, they say the most.
-    if step.name.is_empty() {
-        err(
-            "name",
-            format!("missing field(s): injected steps need a name starting with {prefix:?}"),
-        );
-    } else {
-        if !step.name.starts_with(prefix.as_str()) {
-            err(
-                "name",
-                format!(
-                    "step name {:?} must start with the reserved prefix {prefix:?} (rename it to \"{prefix}{}\")",
-                    step.name, step.name
-                ),
-            );
-        }
-        if step.name.len() > MAX_STEP_NAME {
-            err(
-                "name",
-                format!(
-                    "step name {:?} is {} characters; at most {MAX_STEP_NAME} are allowed (Tekton cuts container names at 63 characters, \"step-\" included)",
-                    step.name,
-                    step.name.len()
-                ),
-            );
-        }
-        if !is_dns_label(&step.name) {
-            err(
-                "name",
-                format!(
-                    "invalid value {:?}: Task step name must be a valid DNS Label (lowercase letters, digits and '-')",
-                    step.name
-                ),
-            );
-        }
-        if settings.is_helper_name(&step.name) {
-            err(
-                "name",
-                format!(
-                    "step name {:?} is reserved for bookend's own gate and verdict steps",
-                    step.name
-                ),
-            );
-        }
-    }
-
-    if let Some(r) = &step.ref_ {
-        let forbidden = [
-            ("image", step.image.is_some()),
-            ("command", step.command.is_some()),
-            ("args", step.args.is_some()),
-            ("script", step.script.is_some()),
-            ("workingDir", step.working_dir.is_some()),
-            ("env", step.env.is_some()),
-            ("volumeMounts", step.volume_mounts.is_some()),
-            ("results", step.results.is_some()),
-        ];
-        for (field, set) in forbidden {
-            if set {
-                // Tekton's wording, which spells this one field out.
-                let what = if field == "workingDir" {
-                    "working dir"
-                } else {
-                    field
-                };
-                err(field, format!("{what} cannot be used with Ref"));
-            }
-        }
-        let has = |s: &Option<String>| s.as_deref().is_some_and(|s| !s.is_empty());
-        match (has(&r.name), has(&r.resolver)) {
-            (false, false) => err(
-                "ref",
-                "expected exactly one, got neither: ref.name, ref.resolver".to_owned(),
-            ),
-            (true, true) => err(
-                "ref",
-                "expected exactly one, got both: ref.name, ref.resolver".to_owned(),
-            ),
-            _ => {}
-        }
-        if r.params.is_some() && !has(&r.resolver) {
-            err(
-                "ref.resolver",
-                "missing field(s): resolver params need a resolver".to_owned(),
-            );
-        }
-        if let Some(name) = r.name.as_deref().filter(|n| !n.is_empty())
-            && !is_qualified_name(name)
-        {
-            err(
-                "ref.name",
-                format!("invalid value {name:?}: a StepAction name must be a Kubernetes name"),
-            );
-        }
-    } else {
-        if step.params.is_some() {
-            err("params", "params cannot be used without Ref".to_owned());
-        }
-        if step.image.as_deref().is_none_or(str::is_empty) {
-            err(
-                "image",
-                "missing field(s): an injected inline step needs its own image (the TaskRun's stepTemplate may not set one)".to_owned(),
-            );
-        }
-        if step.script.is_some() && step.command.is_some() {
-            err("script", "script cannot be used with command".to_owned());
-        }
-    }
-
-    if let Some(timeout) = &step.timeout {
-        match parse_go_duration(timeout) {
-            Ok(d) if d < 0.0 => err(
-                "timeout",
-                format!("invalid value: {timeout}: negative timeout"),
-            ),
-            Ok(_) => {}
-            Err(e) => err("timeout", format!("invalid value {timeout:?}: {e}")),
-        }
-    }
-
-    for (j, mount) in step.volume_mounts.iter().flatten().enumerate() {
-        let cleaned = clean_path(&mount.mount_path);
-        if (cleaned == "/tekton" || cleaned.starts_with("/tekton/"))
-            && !(cleaned == "/tekton/home" || cleaned.starts_with("/tekton/home/"))
-        {
-            err(
-                &format!("volumeMounts[{j}].mountPath"),
-                format!(
-                    "volumeMount cannot be mounted under /tekton/ (volumeMount {:?} mounted at {:?})",
-                    mount.name, mount.mount_path
-                ),
-            );
-        }
-        if mount.name.starts_with("tekton-internal-") {
-            err(
-                &format!("volumeMounts[{j}].name"),
-                format!(
-                    "volumeMount name {:?} cannot start with \"tekton-internal-\"",
-                    mount.name
-                ),
-            );
-        } else if !volume_names.contains(mount.name.as_str()) {
-            err(
-                &format!("volumeMounts[{j}].name"),
-                format!(
-                    "volume {:?} is not defined in spec.volumes of this policy; add it there",
-                    mount.name
-                ),
-            );
-        }
-    }
-
-    if let Some(on_error) = &step.on_error
-        && !matches!(on_error.as_str(), "" | "continue" | "stopAndFail")
-        && !on_error.starts_with("$(params.")
-    {
-        err(
-            "onError",
-            format!(
-                "invalid value: {on_error:?}: Task step onError must be either \"continue\" or \"stopAndFail\""
-            ),
-        );
-    }
-
-    for (j, result) in step.results.iter().flatten().enumerate() {
-        if !is_result_name(&result.name) {
-            err(
-                &format!("results[{j}].name"),
-                format!("invalid key name {:?}", result.name),
-            );
-        }
-        match result.type_.as_deref() {
-            None | Some("string" | "array") => {}
-            Some("object") if result.properties.is_none() => err(
-                &format!("results[{j}].properties"),
-                "missing field(s): an object result needs properties".to_owned(),
-            ),
-            Some("object") => {}
-            Some(other) => err(
-                &format!("results[{j}].type"),
-                format!("invalid value: {other}: use string, array or object"),
-            ),
-        }
-    }
-
-    for (j, when) in step.when.iter().flatten().enumerate() {
-        let field = format!("when[{j}]");
-        let has_classic = when.input.is_some() || when.operator.is_some() || when.values.is_some();
-        if when.cel.is_some() {
-            if has_classic {
-                err(
-                    &field,
-                    "cel and input+operator+values cannot be set in one WhenExpression".to_owned(),
+    let mut names = BTreeSet::new();
+    for (list, steps) in [
+        ("preSteps", &spec.pre_steps),
+        ("postSteps", &spec.post_steps),
+    ] {
+        for (i, step) in steps.iter().enumerate() {
+            let at = at.field_index(list, i);
+            if !step.name.is_empty() && !names.insert(step.name.as_str()) {
+                errs.add(
+                    &at.field("name"),
+                    format!("step name {:?} is used twice in this policy", step.name),
                 );
             }
-            continue;
-        }
-        if !has_classic {
-            err(
-                &field,
-                "missing field(s): an empty when expression".to_owned(),
-            );
-            continue;
-        }
-        match when.operator.as_deref() {
-            Some("in" | "notin") => {}
-            other => err(
-                &format!("{field}.operator"),
-                format!(
-                    "invalid value: operator {:?} is not recognized. valid operators: in,notin",
-                    other.unwrap_or("")
-                ),
-            ),
-        }
-        if when.values.as_ref().is_none_or(Vec::is_empty) {
-            err(
-                &format!("{field}.values"),
-                "invalid value: expecting non-empty values field".to_owned(),
-            );
+            step::check_step(step, &at, &cx, errs);
         }
     }
-
-    // Step-result references are only substituted in env, command and args.
-    let result_ref_fields = [
-        ("image", step.image.as_deref()),
-        ("script", step.script.as_deref()),
-        ("workingDir", step.working_dir.as_deref()),
-        ("imagePullPolicy", step.image_pull_policy.as_deref()),
-    ];
-    for (field, value) in result_ref_fields {
-        if value.is_some_and(has_step_result_ref) {
-            err(
-                field,
-                format!(
-                    "stepResult substitutions are only allowed in env, command and args. Found usage in: {field}"
-                ),
-            );
-        }
-    }
-
-    for (j, ws) in step.workspaces.iter().flatten().enumerate() {
-        if ws.name.is_empty() {
-            err(
-                &format!("workspaces[{j}].name"),
-                "missing field(s): name".to_owned(),
-            );
-        }
-    }
-}
-
-fn has_step_result_ref(s: &str) -> bool {
-    s.match_indices("$(steps.").any(|(i, _)| {
-        s[i..]
-            .split(')')
-            .next()
-            .is_some_and(|r| r.contains(".results."))
-    })
-}
-
-fn is_result_name(name: &str) -> bool {
-    // ^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$
-    !name.is_empty()
-        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
-        && name.ends_with(|c: char| c.is_ascii_alphanumeric())
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
-fn is_qualified_name(name: &str) -> bool {
-    name.len() <= 253
-        && name
-            .split('.')
-            .all(|part| !part.is_empty() && part.len() <= 63 && is_dns_label(part))
-}
-
-/// Lexically cleans an absolute path the way Go's `filepath.Clean` does.
-pub fn clean_path(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    if path.starts_with('/') {
-        format!("/{}", parts.join("/"))
-    } else if parts.is_empty() {
-        ".".to_owned()
-    } else {
-        parts.join("/")
-    }
-}
-
-/// Parses a Go duration (`300ms`, `1.5h`, `2h45m`, `-1s`, `0`) into seconds.
-pub fn parse_go_duration(s: &str) -> Result<f64, String> {
-    let (sign, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (-1.0, r),
-        None => (1.0, s.strip_prefix('+').unwrap_or(s)),
-    };
-    if rest == "0" {
-        return Ok(0.0);
-    }
-    if rest.is_empty() {
-        return Err("empty duration".to_owned());
-    }
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let num_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(|| format!("missing unit in duration {s:?}"))?;
-        if num_len == 0 {
-            return Err(format!("invalid duration {s:?}"));
-        }
-        let number: f64 = rest[..num_len]
-            .parse()
-            .map_err(|_| format!("invalid duration {s:?}"))?;
-        rest = &rest[num_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let factor = match &rest[..unit_len] {
-            "ns" => 1e-9,
-            "us" | "µs" | "μs" => 1e-6,
-            "ms" => 1e-3,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            unit => return Err(format!("unknown unit {unit:?} in duration {s:?}")),
-        };
-        total += number * factor;
-        rest = &rest[unit_len..];
-    }
-    Ok(sign * total)
 }
 
 /// Turns field errors into issues for one policy.
@@ -792,23 +461,5 @@ mod tests {
             r#"spec.postSteps[0].name: step name "bookend-x" is used twice in this policy"#,
         ];
         assert_eq!(messages(&check_spec(&spec, &settings())), expected);
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_go_duration("1h30m").unwrap(), 5400.0);
-        assert_eq!(parse_go_duration("300ms").unwrap(), 0.3);
-        assert_eq!(parse_go_duration("0").unwrap(), 0.0);
-        assert_eq!(parse_go_duration("-2s").unwrap(), -2.0);
-        assert!(parse_go_duration("10").is_err());
-        assert!(parse_go_duration("5d").is_err());
-        assert!(parse_go_duration("").is_err());
-    }
-
-    #[test]
-    fn clean_paths_like_go() {
-        assert_eq!(clean_path("/a/./b/../c/"), "/a/c");
-        assert_eq!(clean_path("/tekton//home"), "/tekton/home");
-        assert_eq!(clean_path("/../x"), "/x");
     }
 }
