@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use super::path::{Errors, FieldPath};
 use super::syntax::{
     clean_path, has_step_result_ref, is_qualified_name, is_result_name, parse_go_duration,
+    references,
 };
 use crate::policy::Settings;
 use crate::policy::api::Step;
@@ -40,6 +41,8 @@ pub(super) const GROUPS: &[(&str, Group)] = &[
     ("when", when),
     ("step-result references", result_references),
     ("workspaces", workspaces),
+    ("context variables", context_variables),
+    ("step-result variables", result_variables),
 ];
 
 /// Every group on one injected step.
@@ -334,6 +337,95 @@ fn workspaces(step: &Step, at: &FieldPath, _: &Context<'_>, errs: &mut Errors) {
     }
 }
 
+/// `validateTaskContextVariables` (through `validateStepVariables`): only
+/// `$(context.taskRun.{name,namespace,uid})` and `$(context.task.{name,retry-count})` exist;
+/// Tekton refuses the whole TaskRun over any other, so bookend refuses the policy.
+fn context_variables(step: &Step, at: &FieldPath, _: &Context<'_>, errs: &mut Errors) {
+    for (field, value) in substituted_fields(step, at) {
+        for r in references(value) {
+            let (known, names): (&[&str], &str) =
+                if let Some(var) = r.strip_prefix("context.taskRun.") {
+                    if ["name", "namespace", "uid"].contains(&var) {
+                        continue;
+                    }
+                    (&["name", "namespace", "uid"], "context.taskRun")
+                } else if let Some(var) = r.strip_prefix("context.task.") {
+                    if ["name", "retry-count"].contains(&var) {
+                        continue;
+                    }
+                    (&["name", "retry-count"], "context.task")
+                } else {
+                    continue;
+                };
+            errs.add(
+                &field,
+                format!(
+                    "non-existent variable $({r}): Tekton has only {}",
+                    known
+                        .iter()
+                        .map(|k| format!("$({names}.{k})"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            );
+        }
+    }
+}
+
+/// `ValidateStepResultsVariables`: when the step declares results, every
+/// `$(step.results.<r>.path)` in its script names one of them.
+fn result_variables(step: &Step, at: &FieldPath, _: &Context<'_>, errs: &mut Errors) {
+    let (Some(results), Some(script)) = (&step.results, &step.script) else {
+        return;
+    };
+    for r in references(script) {
+        let Some(name) = r
+            .strip_prefix("step.results.")
+            .map(|rest| rest.split_once('.').map_or(rest, |(n, _)| n))
+        else {
+            continue;
+        };
+        if !results.iter().any(|d| d.name == name) {
+            let declared: Vec<&str> = results.iter().map(|d| d.name.as_str()).collect();
+            errs.add(
+                &at.field("script"),
+                format!(
+                    "non-existent variable $({r}): the step declares no result {name:?} (its results: {declared:?})"
+                ),
+            );
+        }
+    }
+}
+
+/// The fields Tekton's `validateStepVariables` looks into, with their paths.
+fn substituted_fields<'s>(step: &'s Step, at: &FieldPath) -> Vec<(FieldPath, &'s str)> {
+    let mut fields = Vec::new();
+    let mut one = |path: FieldPath, value: Option<&'s str>| {
+        if let Some(v) = value {
+            fields.push((path, v));
+        }
+    };
+    one(at.field("image"), step.image.as_deref());
+    one(at.field("workingDir"), step.working_dir.as_deref());
+    one(at.field("script"), step.script.as_deref());
+    for (i, c) in step.command.iter().flatten().enumerate() {
+        one(at.field_index("command", i), Some(c));
+    }
+    for (i, a) in step.args.iter().flatten().enumerate() {
+        one(at.field_index("args", i), Some(a));
+    }
+    for env in step.env.iter().flatten() {
+        one(at.field("env").key(&env.name), env.value.as_deref());
+    }
+    for (i, m) in step.volume_mounts.iter().flatten().enumerate() {
+        let mount = at.field_index("volumeMounts", i);
+        one(mount.field("mountPath"), Some(&m.mount_path));
+        one(mount.field("subPath"), m.sub_path.as_deref());
+    }
+    one(at.field("onError"), step.on_error.as_deref());
+    fields
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -371,7 +463,12 @@ mod tests {
 
     #[test]
     fn every_group_passes_a_good_step() {
-        let step = inline("bookend-ok");
+        let mut step = inline("bookend-ok");
+        step.script = Some("echo $(context.taskRun.name) > $(step.results.out.path)".into());
+        step.results = Some(vec![StepResult {
+            name: "out".into(),
+            ..StepResult::default()
+        }]);
         for (group_name, group) in GROUPS {
             assert_eq!(run(*group, &step), Vec::<String>::new(), "{group_name}");
         }
@@ -604,5 +701,48 @@ mod tests {
             run(workspaces, &step),
             ["spec.preSteps[0].workspaces[1].name: missing field(s): name"]
         );
+    }
+
+    #[test]
+    fn context_variables_group() {
+        let mut step = inline("bookend-x");
+        step.args = Some(vec![
+            "$(context.taskRun.name) $(context.taskRun.namespace) $(context.taskRun.uid)".into(),
+            "$(context.task.name) $(context.task.retry-count) $(context.pipelineRun.name)".into(),
+        ]);
+        assert!(run(context_variables, &step).is_empty());
+        step.env = Some(vec![EnvVar {
+            name: "SA".into(),
+            value: Some("$(context.taskRun.serviceAccountName)".into()),
+            ..EnvVar::default()
+        }]);
+        step.working_dir = Some("/w/$(context.task.namespace)".into());
+        assert_eq!(
+            run(context_variables, &step),
+            [
+                "spec.preSteps[0].workingDir: non-existent variable $(context.task.namespace): Tekton has only $(context.task.name), $(context.task.retry-count)",
+                "spec.preSteps[0].env[SA]: non-existent variable $(context.taskRun.serviceAccountName): Tekton has only $(context.taskRun.name), $(context.taskRun.namespace), $(context.taskRun.uid)",
+            ]
+        );
+    }
+
+    #[test]
+    fn step_result_variables_group() {
+        let mut step = inline("bookend-x");
+        step.script = Some("echo > $(step.results.other.path)".into());
+        // Without declared results Tekton does not look (and neither does bookend).
+        assert!(run(result_variables, &step).is_empty());
+        step.results = Some(vec![StepResult {
+            name: "out".into(),
+            ..StepResult::default()
+        }]);
+        assert_eq!(
+            run(result_variables, &step),
+            [
+                r#"spec.preSteps[0].script: non-existent variable $(step.results.other.path): the step declares no result "other" (its results: ["out"])"#
+            ]
+        );
+        step.script = Some("echo > $(step.results.out.path); cat $(results.x.path)".into());
+        assert!(run(result_variables, &step).is_empty());
     }
 }
