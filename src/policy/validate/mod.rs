@@ -6,6 +6,7 @@
 //! Errors are collected with the path of their field ([`FieldPath`], after knative's
 //! `apis.FieldError`), relative to the policy object: `spec.preSteps[0].volumeMounts[2].name`.
 
+mod limits;
 mod path;
 mod step;
 mod syntax;
@@ -16,6 +17,7 @@ use super::api::StepPolicySpec;
 use super::select::{Matcher, is_dns_label};
 use super::{FieldError, Issue, IssueKind, Settings};
 
+pub use limits::{MAX_SPEC_BYTES, MAX_STEPS, MAX_VOLUMES};
 pub use path::{Errors, FieldPath};
 pub use step::MAX_STEP_NAME;
 pub use syntax::{DurationError, clean_path, parse_go_duration};
@@ -25,8 +27,13 @@ pub use syntax::{DurationError, clean_path, parse_go_duration};
 pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
     let at = FieldPath::new("spec");
     let mut errs = Errors::new();
+    if !limits::size(spec, &at, &mut errs) {
+        // Too large to be worth reading further.
+        return errs.into_vec();
+    }
+    limits::counts(spec, &at, &mut errs);
     criteria(spec, &at, &mut errs);
-    volumes(spec, &at, &mut errs);
+    volumes(spec, &at, settings, &mut errs);
     steps(spec, &at, settings, &mut errs);
     errs.into_vec()
 }
@@ -65,12 +72,22 @@ fn criteria(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) {
     }
 }
 
-/// `spec.volumes`: DNS labels, not Tekton's, unique (`ValidateVolumes`), one source each.
-fn volumes(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) {
+/// `spec.volumes`: the reserved prefix (bookend's rule, as for step names), DNS labels, not
+/// Tekton's, unique (`ValidateVolumes`), one source each.
+fn volumes(spec: &StepPolicySpec, at: &FieldPath, settings: &Settings, errs: &mut Errors) {
+    let prefix = &settings.prefix;
     let mut seen = BTreeSet::new();
     for (i, volume) in spec.volumes.iter().enumerate() {
         let at = at.field_index("volumes", i);
         let name = &volume.name;
+        if !name.starts_with(prefix.as_str()) {
+            errs.add(
+                &at.field("name"),
+                format!(
+                    "volume name {name:?} must start with the reserved prefix {prefix:?} (rename it to \"{prefix}{name}\", here and in the steps' volumeMounts), so that it cannot collide with a TaskRun's own volumes"
+                ),
+            );
+        }
         if !is_dns_label(name) {
             errs.add(
                 &at.field("name"),
@@ -337,6 +354,51 @@ mod tests {
     }
 
     #[test]
+    fn volume_names_need_the_reserved_prefix() {
+        let spec = |name: &str| StepPolicySpec {
+            volumes: vec![Volume {
+                name: name.into(),
+                empty_dir: Some(Default::default()),
+                ..Volume::default()
+            }],
+            ..StepPolicySpec::default()
+        };
+        assert_eq!(
+            messages(&check_spec(&spec("cache"), &settings())),
+            [
+                r#"spec.volumes[0].name: volume name "cache" must start with the reserved prefix "bookend-" (rename it to "bookend-cache", here and in the steps' volumeMounts), so that it cannot collide with a TaskRun's own volumes"#
+            ]
+        );
+        assert!(check_spec(&spec("bookend-cache"), &settings()).is_empty());
+        // The prefix is the configured one.
+        let org = Settings {
+            prefix: "org-".into(),
+            ..Settings::default()
+        };
+        assert!(check_spec(&spec("org-cache"), &org).is_empty());
+        assert!(messages(&check_spec(&spec("bookend-cache"), &org))[0].contains("\"org-\""));
+    }
+
+    #[test]
+    fn size_limits_apply_to_the_whole_spec() {
+        // Over 256 KiB: nothing else is checked (the unprefixed step name is not reported).
+        let mut step = inline("creds");
+        step.script = Some("x".repeat(MAX_SPEC_BYTES));
+        let m = messages(&errors_for(step));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("spec: the spec is "), "{m:?}");
+        let spec = StepPolicySpec {
+            post_steps: (0..=MAX_STEPS)
+                .map(|i| inline(&format!("bookend-{i}")))
+                .collect(),
+            ..StepPolicySpec::default()
+        };
+        let m = messages(&check_spec(&spec, &settings()));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("spec.postSteps[64]: the policy has 65 steps"));
+    }
+
+    #[test]
     fn exclude_with_empty_selector_is_refused() {
         let spec: StepPolicySpec = serde_json::from_value(serde_json::json!({
             "exclude": {"selector": {}},
@@ -441,7 +503,7 @@ mod tests {
     fn every_volume_and_name_rule_keeps_its_path_and_message() {
         let spec: StepPolicySpec = serde_json::from_value(serde_json::json!({
             "volumes": [
-                {"name": "Bad_Vol", "emptyDir": {}},
+                {"name": "bookend-Bad_Vol", "emptyDir": {}},
                 {"name": "tekton-internal-x", "emptyDir": {}},
                 {"name": "bookend-a", "emptyDir": {}},
                 {"name": "bookend-a", "emptyDir": {}},
@@ -453,7 +515,8 @@ mod tests {
         }))
         .unwrap();
         let expected = [
-            r#"spec.volumes[0].name: invalid volume name "Bad_Vol": must be a DNS-1123 label"#,
+            r#"spec.volumes[0].name: invalid volume name "bookend-Bad_Vol": must be a DNS-1123 label"#,
+            r#"spec.volumes[1].name: volume name "tekton-internal-x" must start with the reserved prefix "bookend-" (rename it to "bookend-tekton-internal-x", here and in the steps' volumeMounts), so that it cannot collide with a TaskRun's own volumes"#,
             r#"spec.volumes[1].name: volume name "tekton-internal-x" cannot start with "tekton-internal-" (reserved by Tekton)"#,
             r#"spec.volumes[3].name: multiple volumes with same name "bookend-a""#,
             r#"spec.volumes[4]: volume "bookend-none" needs exactly one source (emptyDir, secret, configMap, ...)"#,
