@@ -8,6 +8,7 @@
 
 mod limits;
 mod path;
+mod sources;
 mod step;
 mod syntax;
 
@@ -15,16 +16,40 @@ use std::collections::BTreeSet;
 
 use super::api::StepPolicySpec;
 use super::select::{Matcher, is_dns_label};
-use super::{FieldError, Issue, IssueKind, Settings};
+use super::{FieldError, Issue, IssueKind, PolicyId, Settings};
 
 pub use limits::{MAX_SPEC_BYTES, MAX_STEPS, MAX_VOLUMES};
 pub use path::{Errors, FieldPath};
 pub use step::MAX_STEP_NAME;
 pub use syntax::{DurationError, clean_path, parse_go_duration};
 
-/// Everything that can be checked on one policy spec alone. Cross-policy rules (unique step
-/// names) live in [`super::PolicySet`].
+/// Everything that can be checked on one policy spec alone, whatever its kind. Cross-policy
+/// rules (unique step names) live in [`super::PolicySet`].
 pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
+    check(None, spec, settings)
+}
+
+/// [`check_spec`] and the hazards that depend on who wrote the policy: a ClusterStepPolicy's
+/// `ref` must come from a source the platform controls.
+pub fn check_policy(id: &PolicyId, spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
+    check(Some(id), spec, settings)
+}
+
+/// Which hazards apply to a policy.
+#[derive(Clone, Copy, Default)]
+struct Hazards {
+    /// `ref` sources: ClusterStepPolicies.
+    sources: bool,
+}
+
+impl Hazards {
+    fn of(id: Option<&PolicyId>) -> Self {
+        let org = matches!(id, Some(PolicyId::Cluster { .. }));
+        Self { sources: org }
+    }
+}
+
+fn check(id: Option<&PolicyId>, spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
     let at = FieldPath::new("spec");
     let mut errs = Errors::new();
     if !limits::size(spec, &at, &mut errs) {
@@ -34,7 +59,7 @@ pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError>
     limits::counts(spec, &at, &mut errs);
     criteria(spec, &at, &mut errs);
     volumes(spec, &at, settings, &mut errs);
-    steps(spec, &at, settings, &mut errs);
+    steps(spec, &at, settings, Hazards::of(id), &mut errs);
     errs.into_vec()
 }
 
@@ -126,9 +151,15 @@ fn volume_source_count(volume: &k8s_openapi::api::core::v1::Volume) -> usize {
     }
 }
 
-/// `preSteps` and `postSteps`: names unique within the policy (`StepList.Validate`), and each
-/// step by Tekton's rule groups.
-fn steps(spec: &StepPolicySpec, at: &FieldPath, settings: &Settings, errs: &mut Errors) {
+/// `preSteps` and `postSteps`: names unique within the policy (`StepList.Validate`), each
+/// step by Tekton's rule groups, then by the hazards that apply.
+fn steps(
+    spec: &StepPolicySpec,
+    at: &FieldPath,
+    settings: &Settings,
+    hazards: Hazards,
+    errs: &mut Errors,
+) {
     let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
     let cx = step::Context {
         settings,
@@ -148,6 +179,9 @@ fn steps(spec: &StepPolicySpec, at: &FieldPath, settings: &Settings, errs: &mut 
                 );
             }
             step::check_step(step, &at, &cx, errs);
+            if hazards.sources {
+                sources::check(step, &at, errs);
+            }
         }
     }
 }
@@ -396,6 +430,77 @@ mod tests {
         let m = messages(&check_spec(&spec, &settings()));
         assert_eq!(m.len(), 1, "{m:?}");
         assert!(m[0].starts_with("spec.postSteps[64]: the policy has 65 steps"));
+    }
+
+    fn org() -> PolicyId {
+        PolicyId::Cluster { name: "org".into() }
+    }
+
+    fn team() -> PolicyId {
+        PolicyId::Namespaced {
+            namespace: "team-a".into(),
+            name: "team".into(),
+        }
+    }
+
+    fn by_name() -> StepPolicySpec {
+        serde_json::from_value(serde_json::json!({
+            "preSteps": [{"name": "bookend-clone", "ref": {"name": "git-clone"}}]
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn only_org_policies_get_the_source_hazard() {
+        let m = messages(&check_policy(&org(), &by_name(), &settings()));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(
+            m[0].starts_with("spec.preSteps[0].ref.name: ref.name resolves"),
+            "{m:?}"
+        );
+        assert_eq!(check_policy(&team(), &by_name(), &settings()), vec![]);
+        assert_eq!(check_spec(&by_name(), &settings()), vec![]);
+    }
+
+    #[test]
+    fn the_example_policies_pass_check_policy() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies");
+        let mut n = 0;
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for value in crate::policy::load::yaml_documents(&text).unwrap() {
+                let doc = crate::policy::load::policy_from_value("example", "doc", value).unwrap();
+                let errors = check_policy(&doc.id, &doc.spec, &settings());
+                assert_eq!(errors, vec![], "{}", path.display());
+                n += 1;
+            }
+        }
+        assert_eq!(n, 4);
+    }
+
+    #[test]
+    fn helper_names_are_refused_in_post_steps_and_with_any_prefix() {
+        let spec = |name: &str| StepPolicySpec {
+            post_steps: vec![inline(name)],
+            ..StepPolicySpec::default()
+        };
+        let m = messages(&check_spec(&spec("bookend-gate-2"), &settings()));
+        assert_eq!(
+            m,
+            [
+                r#"spec.postSteps[0].name: step name "bookend-gate-2" is reserved for bookend's own gate and verdict steps"#
+            ]
+        );
+        let custom = Settings {
+            prefix: "org-".into(),
+            ..Settings::default()
+        };
+        assert!(
+            messages(&check_spec(&spec("org-verdict"), &custom))[0]
+                .contains("reserved for bookend")
+        );
+        assert!(check_spec(&spec("org-gate-x"), &custom).is_empty());
     }
 
     #[test]
