@@ -6,6 +6,7 @@
 //! Errors are collected with the path of their field ([`FieldPath`], after knative's
 //! `apis.FieldError`), relative to the policy object: `spec.preSteps[0].volumeMounts[2].name`.
 
+mod injection;
 mod limits;
 mod path;
 mod sources;
@@ -14,10 +15,11 @@ mod syntax;
 
 use std::collections::BTreeSet;
 
-use super::api::StepPolicySpec;
+use super::api::{Mode, StepPolicySpec};
 use super::select::{Matcher, is_dns_label};
 use super::{FieldError, Issue, IssueKind, PolicyId, Settings};
 
+pub use injection::SHELLS;
 pub use limits::{MAX_SPEC_BYTES, MAX_STEPS, MAX_VOLUMES};
 pub use path::{Errors, FieldPath};
 pub use step::MAX_STEP_NAME;
@@ -30,7 +32,11 @@ pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError>
 }
 
 /// [`check_spec`] and the hazards that depend on who wrote the policy: a ClusterStepPolicy's
-/// `ref` must come from a source the platform controls.
+/// `ref` must come from a source the platform controls, and an Enforce ClusterStepPolicy's
+/// steps must not run code the TaskRun's author writes (`$(params.…)` in a script, …).
+///
+/// The validation output has no warning channel, so StepPolicies and Audit policies are not
+/// checked for the second at all.
 pub fn check_policy(id: &PolicyId, spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
     check(Some(id), spec, settings)
 }
@@ -40,12 +46,17 @@ pub fn check_policy(id: &PolicyId, spec: &StepPolicySpec, settings: &Settings) -
 struct Hazards {
     /// `ref` sources: ClusterStepPolicies.
     sources: bool,
+    /// Author-controlled variables in code: ClusterStepPolicies in mode Enforce.
+    injection: bool,
 }
 
 impl Hazards {
-    fn of(id: Option<&PolicyId>) -> Self {
+    fn of(id: Option<&PolicyId>, spec: &StepPolicySpec) -> Self {
         let org = matches!(id, Some(PolicyId::Cluster { .. }));
-        Self { sources: org }
+        Self {
+            sources: org,
+            injection: org && spec.mode == Mode::Enforce,
+        }
     }
 }
 
@@ -59,7 +70,7 @@ fn check(id: Option<&PolicyId>, spec: &StepPolicySpec, settings: &Settings) -> V
     limits::counts(spec, &at, &mut errs);
     criteria(spec, &at, &mut errs);
     volumes(spec, &at, settings, &mut errs);
-    steps(spec, &at, settings, Hazards::of(id), &mut errs);
+    steps(spec, &at, settings, Hazards::of(id, spec), &mut errs);
     errs.into_vec()
 }
 
@@ -160,6 +171,12 @@ fn steps(
     hazards: Hazards,
     errs: &mut Errors,
 ) {
+    let own_steps: BTreeSet<&str> = spec
+        .pre_steps
+        .iter()
+        .chain(&spec.post_steps)
+        .map(|s| s.name.as_str())
+        .collect();
     let volume_names: BTreeSet<&str> = spec.volumes.iter().map(|v| v.name.as_str()).collect();
     let cx = step::Context {
         settings,
@@ -182,6 +199,9 @@ fn steps(
             if hazards.sources {
                 sources::check(step, &at, errs);
             }
+            if hazards.injection {
+                injection::check(step, &at, &own_steps, errs);
+            }
         }
     }
 }
@@ -203,6 +223,7 @@ pub fn issues(source: &str, policy: &str, errors: Vec<FieldError>) -> Vec<Issue>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::api::Mode;
     use crate::policy::api::{Step, StepRef, WhenExpression};
     use k8s_openapi::api::core::v1::{Volume, VolumeMount};
 
@@ -443,23 +464,49 @@ mod tests {
         }
     }
 
-    fn by_name() -> StepPolicySpec {
+    /// A spec with both hazards: a param in a script, a StepAction by name.
+    fn hazardous(mode: Mode) -> StepPolicySpec {
         serde_json::from_value(serde_json::json!({
-            "preSteps": [{"name": "bookend-clone", "ref": {"name": "git-clone"}}]
+            "mode": mode,
+            "preSteps": [
+                {"name": "bookend-fetch", "image": "alpine", "script": "curl $(params.url)"},
+                {"name": "bookend-clone", "ref": {"name": "git-clone"}}
+            ]
         }))
         .unwrap()
     }
 
     #[test]
-    fn only_org_policies_get_the_source_hazard() {
-        let m = messages(&check_policy(&org(), &by_name(), &settings()));
-        assert_eq!(m.len(), 1, "{m:?}");
+    fn an_enforced_org_policy_gets_both_hazards() {
+        let m = messages(&check_policy(
+            &org(),
+            &hazardous(Mode::Enforce),
+            &settings(),
+        ));
+        assert_eq!(m.len(), 2, "{m:?}");
         assert!(
-            m[0].starts_with("spec.preSteps[0].ref.name: ref.name resolves"),
+            m[0].starts_with("spec.preSteps[0].script: script uses $(params.url)"),
             "{m:?}"
         );
-        assert_eq!(check_policy(&team(), &by_name(), &settings()), vec![]);
-        assert_eq!(check_spec(&by_name(), &settings()), vec![]);
+        assert!(
+            m[1].starts_with("spec.preSteps[1].ref.name: ref.name resolves"),
+            "{m:?}"
+        );
+    }
+
+    #[test]
+    fn an_audit_org_policy_gets_only_the_source_hazard() {
+        let m = messages(&check_policy(&org(), &hazardous(Mode::Audit), &settings()));
+        assert_eq!(m.len(), 1, "{m:?}");
+        assert!(m[0].starts_with("spec.preSteps[1].ref.name"), "{m:?}");
+    }
+
+    #[test]
+    fn team_policies_and_check_spec_get_neither_hazard() {
+        for mode in [Mode::Enforce, Mode::Audit] {
+            assert_eq!(check_policy(&team(), &hazardous(mode), &settings()), vec![]);
+            assert_eq!(check_spec(&hazardous(mode), &settings()), vec![]);
+        }
     }
 
     #[test]
