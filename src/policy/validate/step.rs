@@ -461,6 +461,27 @@ mod tests {
         }
     }
 
+    /// Each group is one paragraph of "Step rules" in the Tekton notes, in the same order.
+    #[test]
+    fn every_group_has_its_paragraph_in_the_tekton_notes() {
+        let notes = include_str!("../../../docs/tekton-notes.md");
+        let section = notes
+            .split("\n## Step rules\n")
+            .nth(1)
+            .and_then(|s| s.split("\n## ").next())
+            .expect("a Step rules section");
+        let paragraphs: Vec<&str> = section
+            .split("\n\n")
+            .filter_map(|p| {
+                p.strip_prefix("**")?
+                    .split_once(".**")
+                    .map(|(name, _)| name)
+            })
+            .collect();
+        let groups: Vec<&str> = GROUPS.iter().map(|(name, _)| *name).collect();
+        assert_eq!(paragraphs, groups);
+    }
+
     #[test]
     fn every_group_passes_a_good_step() {
         let mut step = inline("bookend-ok");
