@@ -1,7 +1,8 @@
 //! Policy checks: Tekton's own Step rules (`Step.Validate` in Tekton's
 //! `pkg/apis/pipeline/v1/container_validation.go`, and the step parts of `TaskSpec.Validate`)
-//! on every injected step, one function per rule group ([`step`]), plus bookend's rules
-//! (reserved prefix, length, volumes, selectors, globs).
+//! on every injected step, one function per rule group (`step.rs`), plus bookend's rules
+//! (reserved prefix, length, volumes, selectors, globs) and the authoring hazards it refuses
+//! (`limits.rs`, `sources.rs`, `injection.rs`; `docs/policy.md`, "Hazards bookend refuses").
 //!
 //! Errors are collected with the path of their field ([`FieldPath`], after knative's
 //! `apis.FieldError`), relative to the policy object: `spec.preSteps[0].volumeMounts[2].name`.
@@ -25,8 +26,9 @@ pub use path::{Errors, FieldPath};
 pub use step::MAX_STEP_NAME;
 pub use syntax::{DurationError, clean_path, parse_go_duration};
 
-/// Everything that can be checked on one policy spec alone, whatever its kind. Cross-policy
-/// rules (unique step names) live in [`super::PolicySet`].
+/// Everything that can be checked on one policy spec without knowing its kind: every rule but
+/// the hazards of [`check_policy`], which callers that know the policy's id should use instead.
+/// Cross-policy rules (unique step names) live in [`super::PolicySet`].
 pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
     check(None, spec, settings)
 }
@@ -36,13 +38,13 @@ pub fn check_spec(spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError>
 /// steps must not run code the TaskRun's author writes (`$(params.…)` in a script, …).
 ///
 /// The validation output has no warning channel, so StepPolicies and Audit policies are not
-/// checked for the second at all.
+/// checked for author-controlled variables at all.
 pub fn check_policy(id: &PolicyId, spec: &StepPolicySpec, settings: &Settings) -> Vec<FieldError> {
     check(Some(id), spec, settings)
 }
 
 /// Which hazards apply to a policy.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Hazards {
     /// `ref` sources: ClusterStepPolicies.
     sources: bool,
