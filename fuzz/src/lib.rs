@@ -46,7 +46,7 @@ spec:
   match: {selector: {matchLabels: {source: git}}}
   preSteps:
     - name: bookend-git
-      ref: {name: git-clone}
+      ref: {resolver: cluster, params: [{name: kind, value: stepaction}, {name: name, value: git-clone}, {name: namespace, value: tekton-catalog}]}
       params: [{name: url, value: $(params.url)}]
 ---
 apiVersion: bookend.dev/v1alpha1

@@ -331,7 +331,7 @@ fn policy_object(object: &Value, set: &PolicySet) -> Answer {
         Ok(d) => d,
         Err(issue) => return Answer::deny(format!("bookend: {}: {}", issue.path, issue.message)),
     };
-    let mut errors = validate::check_spec(&doc.spec, set.settings());
+    let mut errors = validate::check_policy(&doc.id, &doc.spec, set.settings());
     errors.extend(set.conflicts(&doc.id, &doc.spec));
     if errors.is_empty() {
         return Answer::allow();

@@ -667,8 +667,8 @@ fn missing_params_and_workspaces_are_denied_with_the_field() {
     let set = policies(
         r#"
 apiVersion: bookend.dev/v1alpha1
-kind: ClusterStepPolicy
-metadata: {name: clone}
+kind: StepPolicy
+metadata: {name: clone, namespace: team-a}
 spec:
   preSteps:
   - name: bookend-clone
@@ -1150,8 +1150,8 @@ fn a_missing_step_action_is_denied_when_step_actions_are_known() {
     let set = policies(
         r#"
 apiVersion: bookend.dev/v1alpha1
-kind: ClusterStepPolicy
-metadata: {name: clone}
+kind: StepPolicy
+metadata: {name: clone, namespace: team-a}
 spec:
   preSteps: [{name: bookend-clone, ref: {name: git-clone}}]
 "#,

@@ -219,7 +219,7 @@ impl fmt::Display for Verdict {
 impl Policy {
     fn compile(doc: PolicyDoc, settings: &Settings) -> Result<Self, Vec<Issue>> {
         let policy_name = doc.id.to_string();
-        let errors = validate::check_spec(&doc.spec, settings);
+        let errors = validate::check_policy(&doc.id, &doc.spec, settings);
         if !errors.is_empty() {
             return Err(validate::issues(&doc.source, &policy_name, errors));
         }
