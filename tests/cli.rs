@@ -102,7 +102,7 @@ fn a_team_policy_that_clashes_with_an_org_policy_is_the_one_refused() {
         assert_eq!(
             stdout.trim(),
             format!(
-                "{team}: StepPolicy/team-a/aaa-team: spec.volumes[0].name: volume name \"bookend-cache\" is already used by ClusterStepPolicy/org-audit; injected volume names must be unique across all policies (rename one of them)"
+                "{team}: StepPolicy/team-a/aaa-team: spec.volumes[0].name: volume name \"bookend-cache\" is already used by ClusterStepPolicy/org-audit; injected volume names must be unique among the policies that can apply to one TaskRun (rename one of them)"
             )
         );
     }

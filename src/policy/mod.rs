@@ -186,6 +186,8 @@ pub struct Policy {
     pub created: Option<String>,
     /// First 12 hex digits of the SHA-256 of the spec's JSON: changes when the spec changes.
     pub hash: String,
+    /// Bytes of the spec as JSON (what the set's limits count).
+    pub size: usize,
     pub(crate) matcher: Matcher,
     pub(crate) excluder: Matcher,
     /// Steps as Tekton v1 JSON.
@@ -232,13 +234,14 @@ impl Policy {
         let pre_steps = doc.spec.pre_steps.iter().map(to_json).collect();
         let post_steps = doc.spec.post_steps.iter().map(to_json).collect();
         let volumes = doc.spec.volumes.iter().map(to_json).collect();
-        let hash = spec_hash(&doc.spec);
+        let (hash, size) = (spec_hash(&doc.spec), spec_size(&doc.spec));
         Ok(Self {
             id: doc.id,
             spec: doc.spec,
             source: doc.source,
             created: doc.created,
             hash,
+            size,
             matcher,
             excluder,
             pre_steps,
@@ -304,6 +307,11 @@ impl Policy {
 /// Serialises a policy part; plain data types always serialise.
 fn to_json<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).expect("policy types serialise to JSON")
+}
+
+/// Bytes of a spec as JSON.
+pub fn spec_size(spec: &StepPolicySpec) -> usize {
+    serde_json::to_vec(spec).map_or(0, |b| b.len())
 }
 
 /// Hash of a spec, as recorded in the `bookend.dev/injected` annotation.

@@ -3,9 +3,10 @@
 //! ids, name conflicts and which policy has precedence), so the loader, `bookend validate` and
 //! the admission of policy objects all answer them with the one `Owners` check.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::index::Index;
+use super::validate::limits;
 use super::select::Subject;
 use super::{FieldError, Issue, IssueKind, Policy, PolicyDoc, PolicyId, Settings, StepPolicySpec};
 
@@ -16,46 +17,84 @@ pub struct PolicySet {
     settings: Settings,
     /// Which policies can match a TaskRun, by one criterion each policy needs.
     index: Index,
-    /// Every policy's step names, to recognise what bookend injected.
-    step_owner: HashMap<String, usize>,
-    /// Every policy's volume names.
-    volume_owner: HashMap<String, usize>,
+    /// Every policy's step names (`bookend test` reports which steps were injected).
+    step_names: HashSet<String>,
 }
 
-/// Which policies own which injected names while a set is built or checked against.
+/// The step and volume names policies inject, by the scope they must be unique in: the org's
+/// (ClusterStepPolicies apply anywhere, so their names are taken everywhere) and each
+/// namespace's (a StepPolicy applies only in its own, so two teams may use the same names).
 #[derive(Default)]
-struct Owners<'a> {
+struct Names<'a> {
     steps: HashMap<&'a str, &'a PolicyId>,
     volumes: HashMap<&'a str, &'a PolicyId>,
 }
 
+/// Which policies own which injected names, and how much each scope holds, while a set is
+/// built or checked against.
+#[derive(Default)]
+struct Owners<'a> {
+    cluster: Names<'a>,
+    namespaces: HashMap<&'a str, Names<'a>>,
+    /// Bytes of the ClusterStepPolicies' specs.
+    cluster_bytes: usize,
+    /// StepPolicies and their specs' bytes per namespace.
+    namespace_load: HashMap<&'a str, (usize, usize)>,
+}
+
 impl<'a> Owners<'a> {
-    fn claim(&mut self, id: &'a PolicyId, spec: &'a StepPolicySpec) {
+    fn claim(&mut self, id: &'a PolicyId, spec: &'a StepPolicySpec, bytes: usize) {
+        let names = match id {
+            PolicyId::Cluster { .. } => {
+                self.cluster_bytes += bytes;
+                &mut self.cluster
+            }
+            PolicyId::Namespaced { namespace, .. } => {
+                let load = self.namespace_load.entry(namespace).or_default();
+                load.0 += 1;
+                load.1 += bytes;
+                self.namespaces.entry(namespace).or_default()
+            }
+        };
         for step in spec.pre_steps.iter().chain(&spec.post_steps) {
-            self.steps.insert(&step.name, id);
+            names.steps.insert(&step.name, id);
         }
         for volume in &spec.volumes {
-            self.volumes.insert(&volume.name, id);
+            names.volumes.insert(&volume.name, id);
         }
     }
 
-    /// The names of `spec` that another policy already owns: the one conflicts check of the
-    /// loader, `bookend validate` and the admission of policy objects.
-    fn clashes(&self, id: &PolicyId, spec: &StepPolicySpec) -> Vec<FieldError> {
+    /// The names of `spec` that another policy in its scope already owns, and whether its scope
+    /// has room for it: the one check of the loader, `bookend validate` and the admission of
+    /// policy objects. A ClusterStepPolicy is checked against ClusterStepPolicies only (a team
+    /// can never block the org: a StepPolicy that clashes with it is the one left out), a
+    /// StepPolicy against the org's and its own namespace's.
+    fn clashes(&self, id: &PolicyId, spec: &StepPolicySpec, bytes: usize) -> Vec<FieldError> {
         let mut errors = Vec::new();
-        let other = |owner: Option<&&'a PolicyId>| -> Option<&'a PolicyId> {
-            owner.copied().filter(|owner| *owner != id)
+        let scopes: Vec<&Names<'a>> = match id {
+            PolicyId::Cluster { .. } => vec![&self.cluster],
+            PolicyId::Namespaced { namespace, .. } => {
+                let mut scopes = vec![&self.cluster];
+                scopes.extend(self.namespaces.get(namespace.as_str()));
+                scopes
+            }
+        };
+        let owner_of = |volumes: bool, name: &str| {
+            scopes.iter().find_map(|names| {
+                let map = if volumes { &names.volumes } else { &names.steps };
+                map.get(name).copied().filter(|owner| *owner != id)
+            })
         };
         for (list, steps) in [
             ("preSteps", &spec.pre_steps),
             ("postSteps", &spec.post_steps),
         ] {
             for (i, step) in steps.iter().enumerate() {
-                if let Some(owner) = other(self.steps.get(step.name.as_str())) {
+                if let Some(owner) = owner_of(false, &step.name) {
                     errors.push(FieldError::new(
                         format!("spec.{list}[{i}].name"),
                         format!(
-                            "step name {:?} is already used by {owner}; injected step names must be unique across all policies (rename one of them)",
+                            "step name {:?} is already used by {owner}; injected step names must be unique among the policies that can apply to one TaskRun (rename one of them)",
                             step.name
                         ),
                     ));
@@ -63,14 +102,53 @@ impl<'a> Owners<'a> {
             }
         }
         for (i, volume) in spec.volumes.iter().enumerate() {
-            if let Some(owner) = other(self.volumes.get(volume.name.as_str())) {
+            if let Some(owner) = owner_of(true, &volume.name) {
                 errors.push(FieldError::new(
                     format!("spec.volumes[{i}].name"),
                     format!(
-                        "volume name {:?} is already used by {owner}; injected volume names must be unique across all policies (rename one of them)",
+                        "volume name {:?} is already used by {owner}; injected volume names must be unique among the policies that can apply to one TaskRun (rename one of them)",
                         volume.name
                     ),
                 ));
+            }
+        }
+        match id {
+            PolicyId::Cluster { .. } => {
+                if self.cluster_bytes + bytes > limits::MAX_CLUSTER_SPEC_BYTES {
+                    errors.push(FieldError::new(
+                        "spec",
+                        format!(
+                            "the ClusterStepPolicies would hold {} bytes of specs; together they may hold at most {} (8 MiB): remove or shrink others first",
+                            self.cluster_bytes + bytes,
+                            limits::MAX_CLUSTER_SPEC_BYTES
+                        ),
+                    ));
+                }
+            }
+            PolicyId::Namespaced { namespace, .. } => {
+                let (count, held) = self
+                    .namespace_load
+                    .get(namespace.as_str())
+                    .copied()
+                    .unwrap_or_default();
+                if count + 1 > limits::MAX_STEP_POLICIES_PER_NAMESPACE {
+                    errors.push(FieldError::new(
+                        "metadata.name",
+                        format!(
+                            "namespace {namespace} already has {count} StepPolicies; a namespace may have at most {}: remove one first",
+                            limits::MAX_STEP_POLICIES_PER_NAMESPACE
+                        ),
+                    ));
+                } else if held + bytes > limits::MAX_NAMESPACE_SPEC_BYTES {
+                    errors.push(FieldError::new(
+                        "spec",
+                        format!(
+                            "namespace {namespace}'s StepPolicies would hold {} bytes of specs; together they may hold at most {} (1 MiB): remove or shrink others first",
+                            held + bytes,
+                            limits::MAX_NAMESPACE_SPEC_BYTES
+                        ),
+                    ));
+                }
             }
         }
         errors
@@ -122,9 +200,9 @@ impl PolicySet {
         {
             let mut owners = Owners::default();
             for (i, (_, _, policy)) in compiled.iter().enumerate() {
-                let clashes = owners.clashes(&policy.id, &policy.spec);
+                let clashes = owners.clashes(&policy.id, &policy.spec, policy.size);
                 if clashes.is_empty() {
-                    owners.claim(&policy.id, &policy.spec);
+                    owners.claim(&policy.id, &policy.spec, policy.size);
                 } else {
                     kept[i] = false;
                     issues.extend(clashes.into_iter().map(|e| Issue {
@@ -152,22 +230,15 @@ impl PolicySet {
                 &b.id,
             ))
         });
-        let mut step_owner = HashMap::new();
-        let mut volume_owner = HashMap::new();
-        for (i, policy) in policies.iter().enumerate() {
-            for name in policy.step_names() {
-                step_owner.insert(name.to_owned(), i);
-            }
-            for volume in &policy.spec.volumes {
-                volume_owner.insert(volume.name.clone(), i);
-            }
-        }
+        let step_names = policies
+            .iter()
+            .flat_map(|p| p.step_names().map(str::to_owned))
+            .collect();
         let set = Self {
             index: Index::build(&policies),
             policies,
             settings,
-            step_owner,
-            volume_owner,
+            step_names,
         };
         (set, issues)
     }
@@ -177,10 +248,10 @@ impl PolicySet {
     /// [`PolicySet::build`] applies.
     pub fn conflicts(&self, id: &PolicyId, spec: &StepPolicySpec) -> Vec<FieldError> {
         let mut owners = Owners::default();
-        for policy in &self.policies {
-            owners.claim(&policy.id, &policy.spec);
+        for policy in self.policies.iter().filter(|p| &p.id != id) {
+            owners.claim(&policy.id, &policy.spec, policy.size);
         }
-        owners.clashes(id, spec)
+        owners.clashes(id, spec, super::spec_size(spec))
     }
 
     /// All policies in evaluation order.
@@ -211,14 +282,9 @@ impl PolicySet {
             .collect()
     }
 
-    /// The policy that defines a step named `name`, if any.
-    pub fn step_owner(&self, name: &str) -> Option<&Policy> {
-        self.step_owner.get(name).map(|&i| &self.policies[i])
-    }
-
-    /// The policy that defines a volume named `name`, if any.
-    pub fn volume_owner(&self, name: &str) -> Option<&Policy> {
-        self.volume_owner.get(name).map(|&i| &self.policies[i])
+    /// Whether some policy defines a step named `name`.
+    pub fn defines_step(&self, name: &str) -> bool {
+        self.step_names.contains(name)
     }
 
     /// Finds a policy by id.
@@ -283,9 +349,9 @@ mod tests {
         assert_eq!(issues[0].kind, IssueKind::Conflict);
         assert_eq!(
             issues[0].to_string(),
-            "test.yaml: ClusterStepPolicy/first: spec.preSteps[0].name: step name \"bookend-x\" is already used by ClusterStepPolicy/second; injected step names must be unique across all policies (rename one of them)"
+            "test.yaml: ClusterStepPolicy/first: spec.preSteps[0].name: step name \"bookend-x\" is already used by ClusterStepPolicy/second; injected step names must be unique among the policies that can apply to one TaskRun (rename one of them)"
         );
-        assert_eq!(set.step_owner("bookend-x").unwrap().id.name(), "second");
+        assert!(set.defines_step("bookend-x"));
     }
 
     #[test]
@@ -363,19 +429,61 @@ mod tests {
     }
 
     #[test]
-    fn admission_refuses_a_newcomer_that_clashes_whatever_its_kind() {
+    fn a_team_policy_never_blocks_the_org_and_teams_never_block_each_other() {
         let team = namespaced(
             with_volume(doc("team", 1, &[], &["bookend-team"]), "bookend-cache"),
             "team-a",
         );
         let (set, _) = PolicySet::build(vec![team.clone()], Settings::default());
-        let org = with_volume(doc("org", 100, &[], &["bookend-org"]), "bookend-cache");
-        let errors = set.conflicts(&org.id, &org.spec);
-        assert_eq!(errors.len(), 1);
-        assert_eq!(errors[0].path, "spec.volumes[0].name");
-        assert!(errors[0].message.contains("StepPolicy/team-a/team"));
+        // The org's policy with the team's names is admitted (issue "Sealed", class 5) ...
+        let org = with_volume(doc("org", 100, &[], &["bookend-team"]), "bookend-cache");
+        assert!(set.conflicts(&org.id, &org.spec).is_empty());
+        // ... and wins in the set: the team's policy is the one left out, as a Conflict.
+        let (both, issues) = PolicySet::build(vec![team.clone(), org.clone()], Settings::default());
+        assert_eq!(ids(&both), ["ClusterStepPolicy/org"]);
+        assert!(issues.iter().all(|i| i.kind == IssueKind::Conflict && i.policy == "StepPolicy/team-a/team"), "{issues:?}");
+        // Another team may use the same names in its own namespace; the same team may not.
+        let other = namespaced(
+            with_volume(doc("other", 1, &[], &["bookend-team"]), "bookend-cache"),
+            "team-b",
+        );
+        assert!(set.conflicts(&other.id, &other.spec).is_empty());
+        let twin = namespaced(
+            with_volume(doc("twin", 1, &[], &["bookend-team"]), "bookend-cache"),
+            "team-a",
+        );
+        let errors = set.conflicts(&twin.id, &twin.spec);
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert_eq!(errors[1].path, "spec.volumes[0].name");
+        assert!(errors[1].message.contains("StepPolicy/team-a/team"));
+        // A team cannot take the org's names.
+        let (org_set, _) = PolicySet::build(vec![org.clone()], Settings::default());
+        let errors = org_set.conflicts(&team.id, &team.spec);
+        assert!(errors[0].message.contains("ClusterStepPolicy/org"), "{errors:?}");
         // Updating a policy does not clash with itself.
         assert!(set.conflicts(&team.id, &team.spec).is_empty());
+    }
+
+    #[test]
+    fn each_namespace_and_the_org_have_budgets_of_their_own() {
+        use crate::policy::validate::limits::MAX_STEP_POLICIES_PER_NAMESPACE;
+        let n = MAX_STEP_POLICIES_PER_NAMESPACE;
+        let mut docs: Vec<PolicyDoc> = (0..n + 2)
+            .map(|i| namespaced(doc(&format!("t{i:02}"), 1, &[], &[&format!("bookend-t{i}")]), "team-a"))
+            .collect();
+        docs.push(namespaced(doc("b", 1, &[], &["bookend-b"]), "team-b"));
+        docs.push(doc("org", 1, &[], &["bookend-org"]));
+        let (set, issues) = PolicySet::build(docs, Settings::default());
+        // team-a keeps its first n (file order), team-b and the org are untouched.
+        assert_eq!(set.len(), n + 2);
+        assert_eq!(issues.len(), 2, "{issues:?}");
+        assert!(issues.iter().all(|i| i.message.contains("namespace team-a already has")), "{issues:?}");
+        let more = namespaced(doc("more", 1, &[], &["bookend-more"]), "team-a");
+        assert!(set.conflicts(&more.id, &more.spec)[0].message.contains("at most"));
+        let elsewhere = namespaced(doc("more", 1, &[], &["bookend-more"]), "team-c");
+        assert!(set.conflicts(&elsewhere.id, &elsewhere.spec).is_empty());
+        let org = doc("org2", 1, &[], &["bookend-org2"]);
+        assert!(set.conflicts(&org.id, &org.spec).is_empty());
     }
 
     #[test]

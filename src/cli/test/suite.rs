@@ -300,7 +300,7 @@ impl Suite {
         let steps = step_names(&decision.object);
         let injected: Vec<String> = steps
             .iter()
-            .filter(|s| decision.outcome != Outcome::Denied && self.set.step_owner(s).is_some())
+            .filter(|s| decision.outcome != Outcome::Denied && self.set.defines_step(s))
             .cloned()
             .collect();
         let mut failures = Vec::new();

@@ -13,6 +13,12 @@ pub const MAX_STEPS: usize = 64;
 pub const MAX_VOLUMES: usize = 16;
 /// Most bytes of one policy's `spec`, serialised as JSON: 256 KiB.
 pub const MAX_SPEC_BYTES: usize = 256 * 1024;
+/// Most StepPolicies in one namespace, and most bytes of their specs together: what one team
+/// can make bookend hold. A namespace over them never affects the org's budget or another's.
+pub const MAX_STEP_POLICIES_PER_NAMESPACE: usize = 16;
+pub const MAX_NAMESPACE_SPEC_BYTES: usize = 1024 * 1024;
+/// Most bytes of all ClusterStepPolicies' specs together (the platform team's budget).
+pub const MAX_CLUSTER_SPEC_BYTES: usize = 8 * 1024 * 1024;
 
 /// The size limit; `false` when the spec is over it (and nothing else should be checked).
 pub(super) fn size(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) -> bool {

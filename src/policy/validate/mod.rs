@@ -8,7 +8,7 @@
 //! `apis.FieldError`), relative to the policy object: `spec.preSteps[0].volumeMounts[2].name`.
 
 mod injection;
-mod limits;
+pub mod limits;
 mod path;
 mod sources;
 mod step;
