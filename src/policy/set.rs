@@ -118,9 +118,10 @@ impl<'a> Owners<'a> {
                     errors.push(FieldError::new(
                         "spec",
                         format!(
-                            "the ClusterStepPolicies would hold {} bytes of specs; together they may hold at most {} (8 MiB): remove or shrink others first",
+                            "the ClusterStepPolicies would hold {} bytes of specs; together they may hold at most {} ({} KiB): remove or shrink others first",
                             self.cluster_bytes + bytes,
-                            limits::MAX_CLUSTER_SPEC_BYTES
+                            limits::MAX_CLUSTER_SPEC_BYTES,
+                            limits::MAX_CLUSTER_SPEC_BYTES / 1024
                         ),
                     ));
                 }
@@ -143,9 +144,10 @@ impl<'a> Owners<'a> {
                     errors.push(FieldError::new(
                         "spec",
                         format!(
-                            "namespace {namespace}'s StepPolicies would hold {} bytes of specs; together they may hold at most {} (1 MiB): remove or shrink others first",
+                            "namespace {namespace}'s StepPolicies would hold {} bytes of specs; together they may hold at most {} ({} KiB): remove or shrink others first",
                             held + bytes,
-                            limits::MAX_NAMESPACE_SPEC_BYTES
+                            limits::MAX_NAMESPACE_SPEC_BYTES,
+                            limits::MAX_NAMESPACE_SPEC_BYTES / 1024
                         ),
                     ));
                 }

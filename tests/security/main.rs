@@ -19,6 +19,11 @@ use bookend::policy::Settings;
 use bookend::policy::load::policy_set_from_yaml;
 use serde_json::Value;
 
+/// The repository root.
+pub fn root() -> std::path::PathBuf {
+    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
 /// The policies every security test runs with (also installed by the e2e scenario).
 pub fn policies() -> PolicySet {
     let loaded = policy_set_from_yaml("security.yaml", cases::POLICIES, Settings::default());
