@@ -267,11 +267,25 @@ pub fn plan(admitted: &Admitted, snapshot: &Snapshot, audit: bool, seconds: i64)
     };
     let mut plan = Plan::default();
 
+    let request = Request {
+        object,
+        namespace: &admitted.namespace,
+        dry_run: false,
+    };
+    let decision = engine::decide(request, &snapshot.set, snapshot.lookup.as_ref());
+    // The record is the author's to write too: it is reported only when it is exactly what
+    // bookend writes for this TaskRun now (the decision would not touch it).
+    let record_is_bookends = decision.outcome != engine::Outcome::Denied
+        && !decision
+            .patch
+            .iter()
+            .any(|op| op.path().starts_with("/metadata/annotations"));
     if let Some(record) = text(&format!(
         "/metadata/annotations/{}",
         engine::record::ANNOTATION.replace('/', "~1")
     ))
     .and_then(Record::parse)
+        && record_is_bookends
         && !record.policies.is_empty()
     {
         let note = record
@@ -291,12 +305,6 @@ pub fn plan(admitted: &Admitted, snapshot: &Snapshot, audit: bool, seconds: i64)
         ));
     }
 
-    let request = Request {
-        object,
-        namespace: &admitted.namespace,
-        dry_run: false,
-    };
-    let decision = engine::decide(request, &snapshot.set, snapshot.lookup.as_ref());
     let skipped: Vec<&str> = decision
         .warnings
         .iter()
@@ -435,6 +443,24 @@ spec:
         assert_eq!(plan.results[0]["resources"][0]["name"], "build-x7k2p");
         // Without reports, no results are worked out.
         assert!(plan_without_reports(&s).results.is_empty());
+    }
+
+    #[test]
+    fn a_record_bookend_did_not_write_is_not_reported() {
+        let s = snapshot();
+        let run = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                         "metadata": {"generateName": "build-"},
+                         "spec": {"taskSpec": {"steps": [{"name": "build", "image": "go"}]}}});
+        let mut admitted = admitted(run, &s);
+        admitted.object["metadata"]["annotations"][engine::record::ANNOTATION] = json!(
+            r#"{"policies":[{"policy":"ClusterStepPolicy/evil","hash":"0","steps":["bookend-evil"]}]}"#
+        );
+        let plan = plan(&admitted, &s, false, 1_700_000_000);
+        assert!(
+            plan.events.iter().all(|(e, _)| !e.note.contains("evil")),
+            "{:?}",
+            plan.events
+        );
     }
 
     fn plan_without_reports(s: &Snapshot) -> Plan {

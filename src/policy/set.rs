@@ -6,8 +6,8 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use super::index::Index;
-use super::validate::limits;
 use super::select::Subject;
+use super::validate::limits;
 use super::{FieldError, Issue, IssueKind, Policy, PolicyDoc, PolicyId, Settings, StepPolicySpec};
 
 /// The validated policies, in evaluation order (priority, then name), with a namespace index.
@@ -81,7 +81,11 @@ impl<'a> Owners<'a> {
         };
         let owner_of = |volumes: bool, name: &str| {
             scopes.iter().find_map(|names| {
-                let map = if volumes { &names.volumes } else { &names.steps };
+                let map = if volumes {
+                    &names.volumes
+                } else {
+                    &names.steps
+                };
                 map.get(name).copied().filter(|owner| *owner != id)
             })
         };
@@ -443,7 +447,12 @@ mod tests {
         // ... and wins in the set: the team's policy is the one left out, as a Conflict.
         let (both, issues) = PolicySet::build(vec![team.clone(), org.clone()], Settings::default());
         assert_eq!(ids(&both), ["ClusterStepPolicy/org"]);
-        assert!(issues.iter().all(|i| i.kind == IssueKind::Conflict && i.policy == "StepPolicy/team-a/team"), "{issues:?}");
+        assert!(
+            issues
+                .iter()
+                .all(|i| i.kind == IssueKind::Conflict && i.policy == "StepPolicy/team-a/team"),
+            "{issues:?}"
+        );
         // Another team may use the same names in its own namespace; the same team may not.
         let other = namespaced(
             with_volume(doc("other", 1, &[], &["bookend-team"]), "bookend-cache"),
@@ -461,7 +470,10 @@ mod tests {
         // A team cannot take the org's names.
         let (org_set, _) = PolicySet::build(vec![org.clone()], Settings::default());
         let errors = org_set.conflicts(&team.id, &team.spec);
-        assert!(errors[0].message.contains("ClusterStepPolicy/org"), "{errors:?}");
+        assert!(
+            errors[0].message.contains("ClusterStepPolicy/org"),
+            "{errors:?}"
+        );
         // Updating a policy does not clash with itself.
         assert!(set.conflicts(&team.id, &team.spec).is_empty());
     }
@@ -471,7 +483,12 @@ mod tests {
         use crate::policy::validate::limits::MAX_STEP_POLICIES_PER_NAMESPACE;
         let n = MAX_STEP_POLICIES_PER_NAMESPACE;
         let mut docs: Vec<PolicyDoc> = (0..n + 2)
-            .map(|i| namespaced(doc(&format!("t{i:02}"), 1, &[], &[&format!("bookend-t{i}")]), "team-a"))
+            .map(|i| {
+                namespaced(
+                    doc(&format!("t{i:02}"), 1, &[], &[&format!("bookend-t{i}")]),
+                    "team-a",
+                )
+            })
             .collect();
         docs.push(namespaced(doc("b", 1, &[], &["bookend-b"]), "team-b"));
         docs.push(doc("org", 1, &[], &["bookend-org"]));
@@ -479,9 +496,18 @@ mod tests {
         // team-a keeps its first n (file order), team-b and the org are untouched.
         assert_eq!(set.len(), n + 2);
         assert_eq!(issues.len(), 2, "{issues:?}");
-        assert!(issues.iter().all(|i| i.message.contains("namespace team-a already has")), "{issues:?}");
+        assert!(
+            issues
+                .iter()
+                .all(|i| i.message.contains("namespace team-a already has")),
+            "{issues:?}"
+        );
         let more = namespaced(doc("more", 1, &[], &["bookend-more"]), "team-a");
-        assert!(set.conflicts(&more.id, &more.spec)[0].message.contains("at most"));
+        assert!(
+            set.conflicts(&more.id, &more.spec)[0]
+                .message
+                .contains("at most")
+        );
         let elsewhere = namespaced(doc("more", 1, &[], &["bookend-more"]), "team-c");
         assert!(set.conflicts(&elsewhere.id, &elsewhere.spec).is_empty());
         let org = doc("org2", 1, &[], &["bookend-org2"]);

@@ -47,15 +47,26 @@ fn largest_policy(kind: &str, name: &str, namespace: Option<&str>, prefix: &str)
 /// with theirs full. Returns the bytes of specs written.
 fn write_largest_set(dir: &Path) -> usize {
     let mut docs = Vec::new();
-    let one = serde_json::to_vec(&largest_policy("ClusterStepPolicy", "x", None, "bookend-x")["spec"])
-        .unwrap()
-        .len();
+    let one =
+        serde_json::to_vec(&largest_policy("ClusterStepPolicy", "x", None, "bookend-x")["spec"])
+            .unwrap()
+            .len();
     for c in 0..MAX_CLUSTER_SPEC_BYTES / one {
-        docs.push(largest_policy("ClusterStepPolicy", &format!("org-{c}"), None, &format!("bookend-o{c}")));
+        docs.push(largest_policy(
+            "ClusterStepPolicy",
+            &format!("org-{c}"),
+            None,
+            &format!("bookend-o{c}"),
+        ));
     }
     for n in 0..FULL_NAMESPACES {
         for p in 0..MAX_NAMESPACE_SPEC_BYTES / one {
-            let mut doc = largest_policy("StepPolicy", &format!("team-{p}"), Some(&format!("team-{n}")), &format!("bookend-t{p}"));
+            let mut doc = largest_policy(
+                "StepPolicy",
+                &format!("team-{p}"),
+                Some(&format!("team-{n}")),
+                &format!("bookend-t{p}"),
+            );
             doc["spec"].as_object_mut().unwrap().remove("match");
             docs.push(doc);
         }
@@ -63,13 +74,21 @@ fn write_largest_set(dir: &Path) -> usize {
     let mut bytes = 0;
     for (i, doc) in docs.iter().enumerate() {
         bytes += serde_json::to_vec(&doc["spec"]).unwrap().len();
-        std::fs::write(dir.join(format!("{i:03}.yaml")), serde_json::to_vec(doc).unwrap()).unwrap();
+        std::fs::write(
+            dir.join(format!("{i:03}.yaml")),
+            serde_json::to_vec(doc).unwrap(),
+        )
+        .unwrap();
     }
     bytes
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn status_kib(pid: u32, field: &str) -> u64 {
@@ -85,7 +104,9 @@ fn status_kib(pid: u32, field: &str) -> u64 {
 fn chart_limit_kib() -> u64 {
     let values = std::fs::read_to_string(crate::root().join("charts/bookend/values.yaml")).unwrap();
     let values: Value = serde_yaml_ng::from_str(&values).unwrap();
-    let limit = values["resources"]["limits"]["memory"].as_str().expect("a memory limit");
+    let limit = values["resources"]["limits"]["memory"]
+        .as_str()
+        .expect("a memory limit");
     let (number, unit) = limit.split_at(limit.find(|c: char| !c.is_ascii_digit()).unwrap());
     let number: u64 = number.parse().unwrap();
     match unit {
@@ -96,8 +117,13 @@ fn chart_limit_kib() -> u64 {
 }
 
 fn get(url: &str) -> Option<String> {
-    let out = Command::new("curl").args(["-sf", "--max-time", "2", url]).output().ok()?;
-    out.status.success().then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    let out = Command::new("curl")
+        .args(["-sf", "--max-time", "2", url])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 #[test]
@@ -108,34 +134,68 @@ fn the_largest_allowed_policy_set_fits_the_charts_memory_limit() {
     let bytes = write_largest_set(&policies);
     let certs = dir.path().join("certs");
     let bin = env!("CARGO_BIN_EXE_bookend");
-    assert!(Command::new(bin)
-        .args(["certs", "--out-dir", certs.to_str().unwrap(), "--host", "localhost"])
-        .stdout(Stdio::null())
-        .status()
-        .unwrap()
-        .success());
-    let valid = Command::new(bin).args(["validate", "--policies", policies.to_str().unwrap()]).output().unwrap();
-    assert!(valid.status.success(), "the set is within the budgets: {}", String::from_utf8_lossy(&valid.stdout));
+    assert!(
+        Command::new(bin)
+            .args([
+                "certs",
+                "--out-dir",
+                certs.to_str().unwrap(),
+                "--host",
+                "localhost"
+            ])
+            .stdout(Stdio::null())
+            .status()
+            .unwrap()
+            .success()
+    );
+    let valid = Command::new(bin)
+        .args(["validate", "--policies", policies.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(
+        valid.status.success(),
+        "the set is within the budgets: {}",
+        String::from_utf8_lossy(&valid.stdout)
+    );
     let admin = free_port();
     let mut child = Command::new(bin)
-        .args(["serve", "--policies", policies.to_str().unwrap(),
-               "--listen", &format!("127.0.0.1:{}", free_port()),
-               "--admin-listen", &format!("127.0.0.1:{admin}"),
-               "--tls-cert", certs.join("tls.crt").to_str().unwrap(),
-               "--tls-key", certs.join("tls.key").to_str().unwrap()])
+        .args([
+            "serve",
+            "--policies",
+            policies.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{}", free_port()),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin}"),
+            "--tls-cert",
+            certs.join("tls.crt").to_str().unwrap(),
+            "--tls-key",
+            certs.join("tls.key").to_str().unwrap(),
+        ])
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
     let started = Instant::now();
     while get(&format!("http://127.0.0.1:{admin}/readyz")).is_none() {
-        assert!(started.elapsed() < Duration::from_secs(120), "bookend never got ready");
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "bookend never got ready"
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
     let loaded = status_kib(child.id(), "VmHWM:");
     // A change reloads the whole set beside the old one: the peak of a reload counts too.
-    let reload_policies = std::fs::read_dir(&policies).unwrap().next().unwrap().unwrap().path();
-    let mut file = std::fs::OpenOptions::new().append(true).open(&reload_policies).unwrap();
+    let reload_policies = std::fs::read_dir(&policies)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(&reload_policies)
+        .unwrap();
     file.write_all(b"\n").unwrap();
     std::thread::sleep(Duration::from_secs(6));
     let peak = status_kib(child.id(), "VmHWM:");
@@ -150,7 +210,10 @@ fn the_largest_allowed_policy_set_fits_the_charts_memory_limit() {
         peak / 1024,
         limit / 1024
     );
-    assert!(peak < limit, "peak RSS {peak} KiB is over the chart's limit {limit} KiB");
+    assert!(
+        peak < limit,
+        "peak RSS {peak} KiB is over the chart's limit {limit} KiB"
+    );
 }
 
 #[test]
