@@ -87,7 +87,7 @@ fn is_special(key: &str, value: &Value, parent: Option<&str>) -> bool {
 fn members_eq(key: &str, p: &Value, q: &Value, parent: Option<&str>) -> bool {
     if is_special(key, p, parent) || is_special(key, q, parent) {
         let (cp, cq) = (member(key, p, parent), member(key, q, parent));
-        return (is_zero(&cp) && is_zero(&cq)) || cp == cq;
+        return (is_zero(&cp, Some(key)) && is_zero(&cq, Some(key))) || cp == cq;
     }
     match (is_zero_canon(p, Some(key)), is_zero_canon(q, Some(key))) {
         (true, true) => true,
@@ -98,7 +98,7 @@ fn members_eq(key: &str, p: &Value, q: &Value, parent: Option<&str>) -> bool {
 
 fn member_is_zero(key: &str, value: &Value, parent: Option<&str>) -> bool {
     if is_special(key, value, parent) {
-        return is_zero(&member(key, value, parent));
+        return is_zero(&member(key, value, parent), Some(key));
     }
     is_zero_canon(value, Some(key))
 }
@@ -107,7 +107,7 @@ fn member_is_zero(key: &str, value: &Value, parent: Option<&str>) -> bool {
 fn is_zero_canon(value: &Value, key: Option<&str>) -> bool {
     match value {
         Value::Object(map) => map.iter().all(|(k, v)| member_is_zero(k, v, key)),
-        other => is_zero(other),
+        other => is_zero(other, key),
     }
 }
 
@@ -117,7 +117,7 @@ fn canon(value: &Value, key: Option<&str>) -> Value {
             let mut out = Map::new();
             for (k, v) in map {
                 let c = member(k, v, key);
-                if !is_zero(&c) {
+                if !is_zero(&c, Some(k)) {
                     out.insert(k.clone(), c);
                 }
             }
@@ -166,13 +166,22 @@ fn default_result_type(result: &Value) -> Value {
     r
 }
 
-fn is_zero(v: &Value) -> bool {
+/// Members that are plain `bool`s with `omitempty` in Tekton's and Kubernetes' Go types: Go's
+/// JSON leaves `false` out, so `false` and absent are one value. Every other `false` is a
+/// pointer Go keeps (`securityContext.allowPrivilegeEscalation: false` is not its absence, which
+/// means true), so it counts.
+const OMITTED_FALSE: &[&str] = &["readOnly", "stdin", "stdinOnce", "tty"];
+
+/// Whether `v`, as member `key` (`None` for a list item or the root), is a zero value Go's JSON
+/// leaves out.
+fn is_zero(v: &Value, key: Option<&str>) -> bool {
     match v {
-        Value::Null | Value::Bool(false) => true,
+        Value::Null => true,
+        Value::Bool(false) => key.is_some_and(|k| OMITTED_FALSE.contains(&k)),
         Value::String(s) => s.is_empty(),
         Value::Array(a) => a.is_empty(),
         Value::Object(o) => o.is_empty(),
-        Value::Number(_) | Value::Bool(true) => false,
+        Value::Number(_) | Value::Bool(_) => false,
     }
 }
 
@@ -264,6 +273,23 @@ mod tests {
             canonical(&r),
             canonical(&json!({"computeResources": {"limits": {"cpu": "2"}}}))
         );
+    }
+
+    #[test]
+    fn a_false_pointer_is_not_its_absence() {
+        // Go keeps `allowPrivilegeEscalation: false` (a pointer), and its absence means true:
+        // a copy of an org step without it is not the org step.
+        let hardened = json!({"name": "x", "securityContext": {"allowPrivilegeEscalation": false}});
+        assert!(!equivalent(&hardened, &json!({"name": "x"})));
+        assert!(!equivalent(
+            &hardened,
+            &json!({"name": "x", "securityContext": {}})
+        ));
+        // A plain `bool` with omitempty is its absence.
+        assert!(equivalent(
+            &json!({"volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": false}]}),
+            &json!({"volumeMounts": [{"name": "v", "mountPath": "/v"}]})
+        ));
     }
 
     #[test]

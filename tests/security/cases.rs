@@ -20,6 +20,7 @@ spec:
       command: ["/usr/local/bin/creds"]
       args: ["--out", "/bookend/creds"]
       env: [{name: CREDS_MODE, value: strict}]
+      securityContext: {allowPrivilegeEscalation: false, runAsNonRoot: true}
       volumeMounts: [{name: bookend-creds-vol, mountPath: /bookend}]
   volumes: [{name: bookend-creds-vol, emptyDir: {}}]
 ---

@@ -46,6 +46,7 @@ fn org_copy() -> impl Strategy<Value = Value> {
             json!({"name": "bookend-creds", "image": "registry.example/creds:1.0",
             "command": ["/usr/local/bin/creds"], "args": ["--out", "/bookend/creds"],
             "env": [{"name": "CREDS_MODE", "value": "strict"}],
+            "securityContext": {"allowPrivilegeEscalation": false, "runAsNonRoot": true},
             "volumeMounts": [{"name": "bookend-creds-vol", "mountPath": "/bookend"}]})
         ),
         Just(
@@ -109,8 +110,12 @@ fn step() -> impl Strategy<Value = Value> {
             }
             Value::Object(s)
         });
-    let copy = (org_copy(), 0u8..5).prop_map(|(mut c, tweak)| {
+    let copy = (org_copy(), 0u8..6).prop_map(|(mut c, tweak)| {
         match tweak {
+            5 => {
+                // Without its hardening (false is not absent for a pointer).
+                c["securityContext"] = json!({"runAsNonRoot": true});
+            }
             0 => {}
             1 => c["when"] = json!([gate_when()]),
             2 => c["onError"] = json!("continue"),
