@@ -266,8 +266,9 @@ fn tamper() -> impl Strategy<Value = Tamper> {
         1 => (0usize..12, 0usize..12).prop_map(|(a, b)| Tamper::Swap(a, b)),
         1 => (0usize..12).prop_map(Tamper::Remove),
         1 => (0usize..12, step()).prop_map(|(i, s)| Tamper::Insert(i, s)),
-        1 => (0usize..12, prop_oneof![Just("image"), Just("onError"), Just("when"), Just("args")],
-               prop_oneof![Just(json!("evil")), Just(json!("continue")), Just(json!([gate_when()])), Just(json!(["x"]))])
+        1 => (0usize..12, prop_oneof![Just("image"), Just("onError"), Just("when"), Just("args"), Just("securityContext")],
+               prop_oneof![Just(json!("evil")), Just(json!("continue")), Just(json!([gate_when()])), Just(json!(["x"])),
+                           Just(json!({"runAsNonRoot": true}))])
             .prop_map(|(i, k, v)| Tamper::SetField(i, k, v)),
         1 => Just(Tamper::DropRecord),
         1 => Just(Tamper::ForgeRecord),
