@@ -470,7 +470,11 @@ fn the_cluster_role_is_least_privilege() {
         assert!(rule["nonResourceURLs"].is_null());
         // ConfigMaps only by name: Tekton's feature flags, nothing else.
         if strings(&rule["resources"]) == ["configmaps"] {
-            assert_eq!(strings(&rule["resourceNames"]), ["feature-flags"], "{rule}");
+            assert_eq!(
+                strings(&rule["resourceNames"]),
+                ["feature-flags", "config-defaults"],
+                "{rule}"
+            );
         } else {
             assert!(rule["resourceNames"].is_null(), "{rule}");
         }

@@ -297,3 +297,47 @@ fn is_set(value: &Value) -> bool {
         Value::Number(_) | Value::Bool(true) => true,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use crate::engine::tests::{policies, run_with as run_with_lookup};
+    use crate::engine::{Catalog, Outcome};
+
+    const ORG: &str = "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  preSteps: [{name: bookend-creds, image: alpine, command: [/creds]}]\n";
+
+    #[test]
+    fn pod_template_fields_the_platforms_default_sets_are_not_the_authors() {
+        let set = policies(ORG);
+        let mut catalog = Catalog::default();
+        catalog.add_objects(
+            &[json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "config-defaults", "namespace": "tekton-pipelines"},
+                "data": {"default-pod-template": "env:\n- {name: HTTPS_PROXY, value: http://proxy:3128}\ndnsPolicy: ClusterFirst\n"}})],
+            "tekton-pipelines",
+        );
+        let run = |pod_template: serde_json::Value, catalog: &Catalog| {
+            let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"name": "r"},
+                "spec": {"podTemplate": pod_template,
+                         "taskSpec": {"steps": [{"name": "build", "image": "go"}]}}});
+            run_with_lookup(&set, &object, catalog)
+        };
+        // As Tekton's defaulting writes the platform's default in: allowed.
+        let defaulted = json!({"env": [{"name": "HTTPS_PROXY", "value": "http://proxy:3128"}], "dnsPolicy": "ClusterFirst"});
+        assert_eq!(run(defaulted.clone(), &catalog).outcome, Outcome::Mutated);
+        // The same without knowing the default: the author's, refused.
+        let d = run(defaulted, &Catalog::default());
+        assert_eq!(d.outcome, Outcome::Denied);
+        assert!(d.message.unwrap().contains("spec.podTemplate.env[0]"));
+        // The author's value for the platform's variable: refused.
+        let d = run(
+            json!({"env": [{"name": "HTTPS_PROXY", "value": "http://evil:3128"}]}),
+            &catalog,
+        );
+        assert_eq!(d.outcome, Outcome::Denied);
+        let d = run(json!({"dnsPolicy": "None"}), &catalog);
+        assert!(d.message.unwrap().contains("spec.podTemplate.dnsPolicy"));
+    }
+}

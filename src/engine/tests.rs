@@ -57,7 +57,7 @@ pub(crate) fn run(set: &PolicySet, object: &Value) -> Decision {
     run_with(set, object, &Catalog::default())
 }
 
-fn run_with(set: &PolicySet, object: &Value, lookup: &dyn Lookup) -> Decision {
+pub(crate) fn run_with(set: &PolicySet, object: &Value, lookup: &dyn Lookup) -> Decision {
     decide(request(object), set, lookup)
 }
 
