@@ -45,10 +45,22 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
     }
     for (i, when) in step.when.iter().flatten().enumerate() {
         let text = serde_json::to_string(when).unwrap_or_default();
-        report(Place::When, &at.field_index("when", i), &text, own_steps, errs);
+        report(
+            Place::When,
+            &at.field_index("when", i),
+            &text,
+            own_steps,
+            errs,
+        );
     }
     if let Some(on_error) = &step.on_error {
-        report(Place::OnError, &at.field("onError"), on_error, own_steps, errs);
+        report(
+            Place::OnError,
+            &at.field("onError"),
+            on_error,
+            own_steps,
+            errs,
+        );
     }
     if let Some(image) = &step.image {
         report(Place::Image, &at.field("image"), image, own_steps, errs);
@@ -61,6 +73,82 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
             own_steps,
             errs,
         );
+    }
+}
+
+/// An org step must not run code from a volume whose content Kubernetes takes from the
+/// TaskRun's namespace (a ConfigMap, a Secret, a PersistentVolumeClaim, a projection of
+/// them), where the TaskRun's author can write it: its program, the script file a shell or
+/// interpreter runs, or its working directory's programs.
+pub(super) fn check_code_from_namespace(
+    step: &Step,
+    volumes: &[k8s_openapi::api::core::v1::Volume],
+    at: &FieldPath,
+    errs: &mut Errors,
+) {
+    let source = |v: &k8s_openapi::api::core::v1::Volume| -> Option<&'static str> {
+        if v.config_map.is_some() {
+            Some("a ConfigMap")
+        } else if v.secret.is_some() {
+            Some("a Secret")
+        } else if v.persistent_volume_claim.is_some() {
+            Some("a PersistentVolumeClaim")
+        } else if v.projected.as_ref().is_some_and(|p| {
+            p.sources
+                .iter()
+                .flatten()
+                .any(|s| s.config_map.is_some() || s.secret.is_some())
+        }) {
+            Some("a projection of ConfigMaps or Secrets")
+        } else {
+            None
+        }
+    };
+    let mounts: Vec<(&str, &str, &'static str)> = step
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            let volume = volumes.iter().find(|v| v.name == m.name)?;
+            Some((m.mount_path.as_str(), m.name.as_str(), source(volume)?))
+        })
+        .collect();
+    if mounts.is_empty() {
+        return;
+    }
+    let command = step.command.as_deref().unwrap_or_default();
+    let args = step.args.as_deref().unwrap_or_default();
+    let argv: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
+    let under = |path: &str| {
+        mounts.iter().find(|(mount, _, _)| {
+            let mount = mount.trim_end_matches('/');
+            path == mount || path.starts_with(&format!("{mount}/"))
+        })
+    };
+    let mut places: Vec<(FieldPath, &str)> = code_positions(&argv, !command.is_empty())
+        .into_iter()
+        .filter(|(_, place)| matches!(place, Place::Program | Place::ScriptFile))
+        .map(|(i, _)| {
+            let path = if i < command.len() {
+                at.field_index("command", i)
+            } else {
+                at.field_index("args", i - command.len())
+            };
+            (path, argv[i])
+        })
+        .collect();
+    if let Some(dir) = &step.working_dir {
+        places.push((at.field("workingDir"), dir.as_str()));
+    }
+    for (path, text) in places {
+        if let Some((_, name, what)) = under(text) {
+            errs.add(
+                &path,
+                format!(
+                    "{text:?} is in volume {name:?}, {what} that Kubernetes reads from the TaskRun's namespace, where the TaskRun's author can write it, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep namespace volumes for data"
+                ),
+            );
+        }
     }
 }
 
@@ -180,8 +268,24 @@ fn env_name(r: &str) -> String {
 
 /// Programs that run the program named after them (with their own options first).
 const WRAPPERS: &[&str] = &[
-    "env", "busybox", "timeout", "nice", "nohup", "exec", "stdbuf", "ionice", "setsid", "time",
-    "chrt", "taskset", "sudo", "doas", "unbuffer", "tini", "dumb-init", "catatonit",
+    "env",
+    "busybox",
+    "timeout",
+    "nice",
+    "nohup",
+    "exec",
+    "stdbuf",
+    "ionice",
+    "setsid",
+    "time",
+    "chrt",
+    "taskset",
+    "sudo",
+    "doas",
+    "unbuffer",
+    "tini",
+    "dumb-init",
+    "catatonit",
 ];
 
 /// Interpreters and the option that takes inline code.
@@ -271,8 +375,8 @@ fn code_positions(argv: &[&str], has_command: bool) -> Vec<(usize, Place)> {
                 break;
             }
             // Options that take the next argument.
-            "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file" | "-f" | "-v" | "-F"
-            | "-m" | "-W" | "-I" | "-r" | "--require" => {
+            "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file" | "-f" | "-v" | "-F" | "-m"
+            | "-W" | "-I" | "-r" | "--require" => {
                 if awk_like && *a == "-f" {
                     // awk -f FILE: the script file.
                     if argv.get(i + 1).is_some() {
@@ -289,7 +393,11 @@ fn code_positions(argv: &[&str], has_command: bool) -> Vec<(usize, Place)> {
                     inline = true;
                 }
                 // `-eo pipefail`: a cluster ending in o/O takes the next argument too.
-                i += if shell && flags.ends_with(['o', 'O']) { 2 } else { 1 };
+                i += if shell && flags.ends_with(['o', 'O']) {
+                    2
+                } else {
+                    1
+                };
                 if inline && !shell {
                     break;
                 }
@@ -443,30 +551,162 @@ mod tests {
     fn interpreters_wrappers_script_files_conditions_and_old_names_are_found() {
         // Each found by a reviewer trying to break the claim (issue "Sealed").
         let cases: &[(&[&str], &[&str], &str)] = &[
-            (&["python3", "-c"], &["import os; os.system('x $(params.x)')"], "args[0]: the interpreter's inline code"),
-            (&["node", "-e", "run('$(params.x)')"], &[], "command[2]: the interpreter's inline code"),
-            (&["perl", "-e"], &["system('$(params.x)')"], "the interpreter's inline code"),
-            (&["timeout", "60", "sh", "-c"], &["curl $(params.x)"], "args[0]: the shell's -c script"),
-            (&["nice", "-n", "5", "/bin/sh", "-c", "curl $(params.x)"], &[], "command[5]: the shell's -c script"),
-            (&["env", "A=1", "timeout", "-s", "KILL", "9", "bash", "-c"], &["$(params.x)"], "the shell's -c script"),
-            (&["sh"], &["$(workspaces.source.path)/ci/report.sh"], "args[0]: the script this step runs is named by"),
-            (&["python3"], &["$(params.script)"], "the script this step runs"),
-            (&["awk"], &["{ system(\"$(params.x)\") }"], "the interpreter's inline code"),
-            (&["sh", "-c"], &["curl $(inputs.params.rev)"], "$(inputs.params.rev)"),
-            (&["timeout", "$(params.t)"], &[], "command[1]: the program uses"),
+            (
+                &["python3", "-c"],
+                &["import os; os.system('x $(params.x)')"],
+                "args[0]: the interpreter's inline code",
+            ),
+            (
+                &["node", "-e", "run('$(params.x)')"],
+                &[],
+                "command[2]: the interpreter's inline code",
+            ),
+            (
+                &["perl", "-e"],
+                &["system('$(params.x)')"],
+                "the interpreter's inline code",
+            ),
+            (
+                &["timeout", "60", "sh", "-c"],
+                &["curl $(params.x)"],
+                "args[0]: the shell's -c script",
+            ),
+            (
+                &["nice", "-n", "5", "/bin/sh", "-c", "curl $(params.x)"],
+                &[],
+                "command[5]: the shell's -c script",
+            ),
+            (
+                &["env", "A=1", "timeout", "-s", "KILL", "9", "bash", "-c"],
+                &["$(params.x)"],
+                "the shell's -c script",
+            ),
+            (
+                &["sh"],
+                &["$(workspaces.source.path)/ci/report.sh"],
+                "args[0]: the script this step runs is named by",
+            ),
+            (
+                &["python3"],
+                &["$(params.script)"],
+                "the script this step runs",
+            ),
+            (
+                &["awk"],
+                &["{ system(\"$(params.x)\") }"],
+                "the interpreter's inline code",
+            ),
+            (
+                &["sh", "-c"],
+                &["curl $(inputs.params.rev)"],
+                "$(inputs.params.rev)",
+            ),
+            (
+                &["timeout", "$(params.t)"],
+                &[],
+                "command[1]: the program uses",
+            ),
         ];
         for (command, args, says) in cases {
             let found = run(&shell(command, args));
-            assert!(found.iter().any(|f| f.contains(says)), "{command:?} {args:?}: {found:?}");
+            assert!(
+                found.iter().any(|f| f.contains(says)),
+                "{command:?} {args:?}: {found:?}"
+            );
         }
         let mut step = shell(&["/scan"], &[]);
         step.on_error = Some("$(params.scan-on-error)".into());
-        step.when = Some(vec![serde_json::from_value(serde_json::json!(
-            {"input": "$(params.skip)", "operator": "notin", "values": ["yes"]}
-        )).unwrap()]);
+        step.when = Some(vec![
+            serde_json::from_value(serde_json::json!(
+                {"input": "$(params.skip)", "operator": "notin", "values": ["yes"]}
+            ))
+            .unwrap(),
+        ]);
         let found = run(&step);
-        assert!(found.iter().any(|f| f.starts_with("spec.preSteps[0].when[0]: when uses $(params.skip)")), "{found:?}");
-        assert!(found.iter().any(|f| f.starts_with("spec.preSteps[0].onError: onError uses $(params.scan-on-error)")), "{found:?}");
+        assert!(
+            found
+                .iter()
+                .any(|f| f.starts_with("spec.preSteps[0].when[0]: when uses $(params.skip)")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|f| f
+                    .starts_with("spec.preSteps[0].onError: onError uses $(params.scan-on-error)")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn code_from_a_volume_of_the_taskruns_namespace_is_refused() {
+        use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Volume, VolumeMount};
+        let volumes = vec![
+            Volume {
+                name: "bookend-scripts".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: "org-upload-scripts".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "bookend-tmp".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            },
+        ];
+        let check = |command: &[&str], args: &[&str], mount: (&str, &str)| {
+            let mut step = shell(command, args);
+            step.volume_mounts = Some(vec![VolumeMount {
+                name: mount.0.into(),
+                mount_path: mount.1.into(),
+                ..Default::default()
+            }]);
+            let mut errs = Errors::new();
+            check_code_from_namespace(
+                &step,
+                &volumes,
+                &FieldPath::new("spec").field_index("preSteps", 0),
+                &mut errs,
+            );
+            errs.into_vec()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect::<Vec<_>>()
+        };
+        let found = check(
+            &["/bin/sh", "/bookend/scripts/upload.sh"],
+            &[],
+            ("bookend-scripts", "/bookend/scripts"),
+        );
+        assert!(found[0].starts_with("spec.preSteps[0].command[1]: \"/bookend/scripts/upload.sh\" is in volume \"bookend-scripts\", a ConfigMap"), "{found:?}");
+        assert_eq!(
+            check(
+                &["/bookend/scripts/run"],
+                &[],
+                ("bookend-scripts", "/bookend/scripts")
+            )
+            .len(),
+            1
+        );
+        // Data from it, or code from an emptyDir: fine.
+        assert!(
+            check(
+                &["/bin/upload"],
+                &["/bookend/scripts/config.json"],
+                ("bookend-scripts", "/bookend/scripts")
+            )
+            .is_empty()
+        );
+        assert!(
+            check(
+                &["/bin/sh", "/tmp/x/run.sh"],
+                &[],
+                ("bookend-tmp", "/tmp/x")
+            )
+            .is_empty()
+        );
     }
 
     #[test]
