@@ -70,6 +70,18 @@ spec:
   preSteps: [{name: bookend-skip-pre, image: registry.example/skip:1, command: ["/skip"]}]
 "#;
 
+/// A policy that lets Tasks mount workspaces anywhere but over system directories and its
+/// steps' own (in namespace `open`).
+pub const OPEN_WORKSPACES: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: open-workspaces}
+spec:
+  match: {namespaces: ["open"]}
+  workspaceMounts: Anywhere
+  preSteps: [{name: bookend-open, image: registry.example/tool:1, command: ["/opt/tool/run"]}]
+"#;
+
 /// Tasks in the namespaces the cases use (one signed).
 pub const TASKS: &str = r#"
 apiVersion: tekton.dev/v1

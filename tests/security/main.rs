@@ -26,7 +26,11 @@ pub fn root() -> std::path::PathBuf {
 
 /// The policies every security test runs with (also installed by the e2e scenario).
 pub fn policies() -> PolicySet {
-    let loaded = policy_set_from_yaml("security.yaml", cases::POLICIES, Settings::default());
+    let loaded = policy_set_from_yaml(
+        "security.yaml",
+        &format!("{}---{}", cases::POLICIES, cases::OPEN_WORKSPACES),
+        Settings::default(),
+    );
     assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
     loaded.set
 }
