@@ -229,6 +229,34 @@ fn start_bookend(
             Err(format!("first step {first}"))
         }
     });
+    // Every test policy is loaded: one bookend left out (a hazard, a clash) would fail its
+    // scenario far from the cause, with a step missing.
+    let wanted: Vec<String> = scenarios::policies()
+        .iter()
+        .chain(&remote::policies())
+        .map(|p| p["metadata"]["name"].as_str().expect("a name").to_owned())
+        .collect();
+    poll("the test policies Ready", Duration::from_secs(30), || {
+        let list = kubectl.get(&["clustersteppolicies"])?;
+        for name in &wanted {
+            let ready = list["items"]
+                .as_array()
+                .and_then(|items| items.iter().find(|p| p["metadata"]["name"] == *name))
+                .and_then(|p| p["status"]["conditions"].as_array())
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            match ready["status"].as_str() {
+                Some("True") => {}
+                Some("False") => panic!(
+                    "bookend left out the test policy {name}: {} {}",
+                    ready["reason"], ready["message"]
+                ),
+                _ => return Err(format!("{name}: no Ready condition yet")),
+            }
+        }
+        Ok(())
+    });
     (bookend, configurations)
 }
 
