@@ -10,7 +10,8 @@
 //!
 //! `cargo test --test runtime -- --nocapture`. Needs root, runc and a static busybox
 //! (`apt-get install runc busybox-static`); `BOOKEND_SKIP_RUNTIME=1` skips it loudly.
-//! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes). See docs/testing.md.
+//! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes);
+//! `BOOKEND_RUNTIME_SCENARIOS=2,12` runs only those scenarios. See docs/testing.md.
 
 #[path = "../e2e/kube.rs"]
 mod kube;
@@ -395,8 +396,17 @@ fn injected_taskruns_run() {
             remote::scenario_remote_backstop,
         ),
     ];
+    // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
+    // skips the injection cost measurement.
+    let only: Option<Vec<String>> = std::env::var("BOOKEND_RUNTIME_SCENARIOS")
+        .ok()
+        .map(|v| v.split(',').map(|n| n.trim().to_owned()).collect());
+    let chosen = |name: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.iter().any(|n| name.split(' ').next() == Some(n.as_str())))
+    };
     let mut summary = Vec::new();
-    for (name, scenario) in list {
+    for (name, scenario) in list.into_iter().filter(|(n, _)| chosen(n)) {
         // A dead daemon would make every later wait time out: stop at once instead.
         for daemon in [
             &mut controller,
@@ -410,8 +420,14 @@ fn injected_taskruns_run() {
         summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 
-    let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
-    clock.done("injection cost: the same TaskRuns with and without bookend");
+    let measured = if only.is_some() {
+        println!("BOOKEND_RUNTIME_SCENARIOS is set: injection cost not measured");
+        Ok(String::new())
+    } else {
+        let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
+        clock.done("injection cost: the same TaskRuns with and without bookend");
+        measured
+    };
 
     println!("\n=== runtime suite: summary ===");
     for (_, line) in &summary {
