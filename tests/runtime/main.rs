@@ -24,6 +24,7 @@ mod prereqs;
 mod remote;
 mod runs;
 mod scenarios;
+mod sealed;
 mod timing;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -171,6 +172,16 @@ fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
     configurations
 }
 
+/// Every scenario's policies.
+fn all_policies() -> Vec<Value> {
+    [
+        scenarios::policies(),
+        remote::policies(),
+        sealed::policies(),
+    ]
+    .concat()
+}
+
 /// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
 /// webhook configurations pointed at it (returned as registered).
 fn start_bookend(
@@ -189,7 +200,7 @@ fn start_bookend(
             .get(&["clustersteppolicies.v1alpha1.bookend.dev"])
             .map(|_| ())
     });
-    for policy in scenarios::policies().into_iter().chain(remote::policies()) {
+    for policy in all_policies() {
         kubectl.apply(&policy);
     }
     let port = free_port();
@@ -232,9 +243,8 @@ fn start_bookend(
     });
     // Every test policy is loaded: one bookend left out (a hazard, a clash) would fail its
     // scenario far from the cause, with a step missing.
-    let wanted: Vec<String> = scenarios::policies()
+    let wanted: Vec<String> = all_policies()
         .iter()
-        .chain(&remote::policies())
         .map(|p| p["metadata"]["name"].as_str().expect("a name").to_owned())
         .collect();
     poll("the test policies Ready", Duration::from_secs(30), || {
@@ -283,6 +293,7 @@ fn injected_taskruns_run() {
     for ns in scenarios::NAMESPACES
         .into_iter()
         .chain([remote::REMOTE, remote::CATALOG])
+        .chain(sealed::NAMESPACES)
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -356,7 +367,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 11] = [
+    let list: [(&str, Scenario); 13] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -394,6 +405,14 @@ fn injected_taskruns_run() {
         (
             "11 remote Task without the dry-run mutation: the Pod backstop fails the TaskRun",
             remote::scenario_remote_backstop,
+        ),
+        (
+            "12 hostile stepTemplate: org steps run as defined, the author's step gets it",
+            sealed::scenario_hostile_step_template,
+        ),
+        (
+            "13 step names of 59, 62, 63 characters under an Always policy",
+            sealed::scenario_long_step_names,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
