@@ -13,6 +13,13 @@
 //! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes);
 //! `BOOKEND_RUNTIME_SCENARIOS=2,12` runs only those scenarios. See docs/testing.md.
 
+// The attack classes of tests/security; this suite runs the taskRef class's forms.
+#[allow(dead_code)]
+#[path = "../security/cases.rs"]
+mod cases;
+#[allow(dead_code)]
+#[path = "../security/classes/mod.rs"]
+mod classes;
 #[path = "../e2e/kube.rs"]
 mod kube;
 #[path = "../e2e/tools.rs"]
@@ -367,7 +374,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 13] = [
+    let list: [(&str, Scenario); 14] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -413,6 +420,10 @@ fn injected_taskruns_run() {
         (
             "13 step names of 59, 62, 63 characters under an Always policy",
             sealed::scenario_long_step_names,
+        ),
+        (
+            "14 every local taskRef form runs the local Task, with and without bookend",
+            sealed::scenario_task_ref_forms,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
