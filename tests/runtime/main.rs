@@ -374,7 +374,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 14] = [
+    let list: [(&str, Scenario); 15] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -424,6 +424,10 @@ fn injected_taskruns_run() {
         (
             "14 every local taskRef form runs the local Task, with and without bookend",
             sealed::scenario_task_ref_forms,
+        ),
+        (
+            "15 Pod Security restricted: bookend's helper steps get no securityContext",
+            sealed::scenario_restricted,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and

@@ -1,8 +1,9 @@
 //! The "Sealed" issue by execution (docs/security.md): org steps run as their policy defines
 //! them whatever the author's stepTemplate says, while the author's own steps still get it; the
 //! verdict of an `Always` policy reads the right directory for step names up to Tekton's 63
-//! characters; and every `taskRef` form bookend inlines as a local Task is one Tekton's own
-//! reconciler runs as the local Task (tests/security/classes/taskref.rs, shared by `#[path]`).
+//! characters; every `taskRef` form bookend inlines as a local Task is one Tekton's own
+//! reconciler runs as the local Task (tests/security/classes/taskref.rs, shared by `#[path]`);
+//! and what the stepTemplate no longer gives bookend's own steps under Pod Security `restricted`.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -21,7 +22,13 @@ use crate::scenarios::{ALWAYS, Ctx, PLAIN};
 pub const SEALED: &str = "rt-sealed";
 /// The `taskRef` forms, with a one-step policy.
 pub const FORMS: &str = "rt-forms";
-pub const NAMESPACES: [&str; 2] = [SEALED, FORMS];
+/// Pod Security `restricted`: policies whose org steps set a restricted securityContext, one
+/// `OnSuccess` and one `Always` (for TaskRuns labelled `ALWAYS_LABEL`).
+pub const RESTRICTED: &str = "rt-restricted";
+/// Pod Security `restricted`, no policy.
+pub const RESTRICTED_PLAIN: &str = "rt-restricted-plain";
+pub const NAMESPACES: [&str; 4] = [SEALED, FORMS, RESTRICTED, RESTRICTED_PLAIN];
+const ALWAYS_LABEL: &str = "bookend.test/always";
 
 const SUCCEEDED: (&str, &str, &str) = ("True", "Succeeded", "All Steps have completed executing");
 const VERDICT_FAILED: &str = "\"step-bookend-verdict\" exited with code 1: Error";
@@ -63,6 +70,18 @@ pub fn policies() -> Vec<Value> {
                                            "post-argv0", "policy-arg"],
                                   "volumeMounts": mount}],
                    "volumes": [{"name": "bookend-sealed-vol", "emptyDir": {}}]}),
+        ),
+        cluster_policy(
+            "rt-restricted",
+            json!({"match": {"namespaces": [RESTRICTED]},
+                   "preSteps": [restricted_step("bookend-restricted-pre")]}),
+        ),
+        cluster_policy(
+            "rt-restricted-always",
+            json!({"postStepsRun": "Always",
+                   "match": {"namespaces": [RESTRICTED],
+                             "selector": {"matchLabels": {ALWAYS_LABEL: "true"}}},
+                   "postSteps": [restricted_step("bookend-restricted-post")]}),
         ),
         cluster_policy(
             "rt-forms",
@@ -468,5 +487,140 @@ pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
          bookend inlined it",
         forms.len(),
         forms.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ")
+    )
+}
+
+/// What Pod Security's `restricted` level asks of every container.
+fn restricted_context() -> Value {
+    json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+           "runAsNonRoot": true, "runAsUser": 1000, "runAsGroup": 1000,
+           "seccompProfile": {"type": "RuntimeDefault"}})
+}
+
+fn restricted_step(name: &str) -> Value {
+    let mut s = step(name, "");
+    s["securityContext"] = restricted_context();
+    s
+}
+
+/// Tekton's `set-security-context` feature flag (Tekton's own init containers get a restricted
+/// securityContext), on while it lives.
+struct SecurityContextFlag<'a>(&'a Env);
+
+impl<'a> SecurityContextFlag<'a> {
+    fn set(env: &Env, on: bool) {
+        env.kubectl.ok(
+            &[
+                "-n",
+                "tekton-pipelines",
+                "patch",
+                "configmap",
+                "feature-flags",
+                "--type",
+                "merge",
+                "-p",
+                &json!({"data": {"set-security-context": on.to_string()}}).to_string(),
+            ],
+            "Tekton's set-security-context",
+        );
+    }
+
+    fn on(env: &'a Env) -> Self {
+        Self::set(env, true);
+        Self(env)
+    }
+}
+
+impl Drop for SecurityContextFlag<'_> {
+    fn drop(&mut self) {
+        Self::set(self.0, false);
+    }
+}
+
+/// Scenario 15: Pod Security `restricted` (the API server's PodSecurity admission refuses a Pod
+/// any of whose containers lacks the restricted securityContext). The usual way to meet it is
+/// the Task's stepTemplate, with Tekton's `set-security-context` for Tekton's own init
+/// containers. Without bookend such a TaskRun runs; with an `OnSuccess` policy whose org step
+/// sets its own securityContext it runs; with an `Always` policy bookend adds its gates and
+/// verdict, which carry no securityContext, and since bookend writes the stepTemplate into the
+/// author's steps only, nothing gives them one: the Pod is refused.
+pub fn scenario_restricted(ctx: &mut Ctx) -> String {
+    let env = &ctx.env;
+    for ns in [RESTRICTED, RESTRICTED_PLAIN] {
+        env.kubectl.ok(
+            &[
+                "label",
+                "--overwrite",
+                "namespace",
+                ns,
+                "pod-security.kubernetes.io/enforce=restricted",
+            ],
+            "label the namespace restricted",
+        );
+    }
+    let _flag = SecurityContextFlag::on(env);
+    let spec = json!({"stepTemplate": {"securityContext": restricted_context()},
+                      "steps": [step("build", "")]});
+    // Until the controller has the flag, Tekton's own init containers are refused.
+    let control = poll(
+        "Tekton's controller to set its init containers' securityContext",
+        Duration::from_secs(60),
+        || {
+            let run = env.run_one(&taskrun(RESTRICTED_PLAIN, "restricted", spec.clone()));
+            let (_, reason, message) = run.condition();
+            if reason == "PodAdmissionFailed" && message.contains("\"prepare\"") {
+                Err(message)
+            } else {
+                Ok(run)
+            }
+        },
+    );
+    let mut always = taskrun(RESTRICTED, "restricted-always", spec.clone());
+    always["metadata"]["labels"] = json!({ALWAYS_LABEL: "true"});
+    let runs = env.run_all(&[taskrun(RESTRICTED, "restricted", spec), always]);
+    let [on_success, always] = &runs[..] else {
+        unreachable!()
+    };
+    let mut checks = Checks::default();
+    let (s, r, m) = SUCCEEDED;
+    checks.check("without bookend: runs", || {
+        assert_condition(env, &control, s, r, m);
+        assert_trace(env, &control, &["build"]);
+    });
+    checks.check("OnSuccess, the org step restricted: runs", || {
+        assert_condition(env, on_success, s, r, m);
+        assert_trace(env, on_success, &["bookend-restricted-pre", "build"]);
+    });
+    let (status, reason, message) = always.condition();
+    checks.check(
+        "Always: bookend's helper steps make the Pod refused",
+        || {
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", "PodAdmissionFailed"),
+                "{message}"
+            );
+            assert!(
+                message.contains("violates PodSecurity \"restricted:latest\"")
+                    && message.contains("\"step-bookend-gate-1\"")
+                    && message.contains("\"step-bookend-verdict\""),
+                "{message}"
+            );
+            for fine in [
+                "step-build",
+                "step-bookend-restricted-pre",
+                "step-bookend-restricted-post",
+            ] {
+                assert!(
+                    !message.contains(&format!("\"{fine}\"")),
+                    "{fine}: {message}"
+                );
+            }
+        },
+    );
+    checks.finish();
+    format!(
+        "without bookend and with an OnSuccess policy: Succeeded; with an Always policy: \
+         {reason}: {message}"
     )
 }
