@@ -17,7 +17,7 @@ use crate::oracle;
 use crate::tools::tools;
 
 /// The namespaces the cases are created in.
-const NAMESPACES: [&str; 3] = ["team-a", "strict", "skip"];
+const NAMESPACES: [&str; 4] = ["team-a", "strict", "skip", "open"];
 
 /// How many `kubectl create`s run at once.
 const SENDERS: usize = 4;
@@ -275,8 +275,14 @@ pub fn scenario(kubectl: &Kubectl, examples: &std::path::Path, work: &std::path:
         &probe("strict", inline.clone()),
         |out| has_steps(out, &["bookend-strict"]),
     );
-    poll_until(kubectl, "skip-refs", &probe("skip", inline), |out| {
-        has_steps(out, &["bookend-skip-pre"])
+    poll_until(
+        kubectl,
+        "skip-refs",
+        &probe("skip", inline.clone()),
+        |out| has_steps(out, &["bookend-skip-pre"]),
+    );
+    poll_until(kubectl, "open-workspaces", &probe("open", inline), |out| {
+        has_steps(out, &["bookend-open"])
     });
 
     let (set, catalog) = (policies(), catalog());
