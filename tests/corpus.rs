@@ -287,6 +287,10 @@ fn corpus_with_example_policies() {
             workspaces_outside += 1;
             continue;
         }
+        // v0.49's bundle example, which Tekton itself refuses on create now.
+        if d.contains("tekton-bundles.yaml") && d.contains("spec.taskRef.bundle") {
+            continue;
+        }
         if d.contains("stepactions-steptemplate.yaml") {
             assert!(
                 d.contains("spec.taskSpec.stepTemplate: Tekton merges"),

@@ -54,6 +54,10 @@ pub struct EngineArgs {
     /// Image of the gate and verdict steps of `postStepsRun: Always` (needs /bin/sh).
     #[arg(long, default_value = crate::policy::DEFAULT_HELPER_IMAGE, env = "BOOKEND_HELPER_IMAGE")]
     pub helper_image: String,
+    /// User ID the gate and verdict steps run as (their securityContext meets Pod Security
+    /// `restricted`); `none` leaves runAsUser out, for platforms that assign one (OpenShift).
+    #[arg(long, default_value = "65532", env = "BOOKEND_HELPER_RUN_AS_USER", value_parser = parse_run_as_user)]
+    pub helper_run_as_user: RunAsUser,
     /// User of Tekton's controller: its dry-run Task CREATEs (remote Task resolution) get the
     /// steps of policies whose criteria are all namespace-level.
     #[arg(long, default_value = crate::policy::DEFAULT_TEKTON_CONTROLLER, env = "BOOKEND_TEKTON_CONTROLLER")]
@@ -65,8 +69,23 @@ impl EngineArgs {
         Settings {
             prefix: self.reserved_prefix.clone(),
             helper_image: self.helper_image.clone(),
+            helper_run_as_user: self.helper_run_as_user.0,
             tekton_controller: self.tekton_controller.clone(),
         }
+    }
+}
+
+/// `--helper-run-as-user`: a user ID, or none.
+#[derive(Clone, Copy, Debug)]
+pub struct RunAsUser(pub Option<i64>);
+
+fn parse_run_as_user(text: &str) -> Result<RunAsUser, String> {
+    match text {
+        "none" | "" => Ok(RunAsUser(None)),
+        uid => uid
+            .parse()
+            .map(|uid| RunAsUser(Some(uid)))
+            .map_err(|_| format!("{uid:?} is not a user ID or `none`")),
     }
 }
 

@@ -291,7 +291,7 @@ fn append_when(step: &mut Value, input: &str) {
 
 /// A helper step as bookend writes it.
 pub fn helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
-    match spec {
+    let mut step = match spec {
         Helper::Gate { previous, checks } => {
             let mut read = String::new();
             let mut want = String::new();
@@ -327,7 +327,9 @@ pub fn helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
             );
             shell_step(settings, name, script, None)
         }
-    }
+    };
+    step["securityContext"] = helper_security_context(settings);
+    step
 }
 
 /// A helper step as releases up to 0.1.0 wrote it (per-step loops, full paths, `type: string`):
@@ -388,4 +390,30 @@ fn shell_step(settings: &Settings, name: &str, script: String, results: Option<V
         step.insert("results".into(), results);
     }
     Value::Object(step)
+}
+
+/// The securityContext of the gate and verdict steps: Pod Security `restricted` (the author's
+/// stepTemplate, which may have carried one, no longer reaches them).
+fn helper_security_context(settings: &Settings) -> Value {
+    let mut context = json!({
+        "allowPrivilegeEscalation": false,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": true,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    });
+    if let Some(uid) = settings.helper_run_as_user {
+        context["runAsUser"] = json!(uid);
+    }
+    context
+}
+
+/// The forms earlier releases wrote a helper step in, which bookend still takes for its own so
+/// that an upgrade does not refuse what an older replica injected: without a securityContext
+/// (0.2), and 0.1's per-step loops.
+pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> [Value; 2] {
+    let mut bare = helper_step(settings, name, spec);
+    if let Some(step) = bare.as_object_mut() {
+        step.remove("securityContext");
+    }
+    [bare, legacy_helper_step(settings, name, spec)]
 }

@@ -378,7 +378,20 @@ pub fn materialise_step_template(
             })
         })
         .collect::<Result<Vec<_>, _>>()
-        .map(Some)
+        .and_then(|steps| {
+            // Tekton validates the steps after this merge and refuses a script under a command
+            // (`script cannot be used with command`): refuse it here, at the author's step,
+            // rather than let Tekton refuse it at an index the author never wrote.
+            match steps.iter().position(|s| {
+                s.get("script").is_some_and(is_set) && s.get("command").is_some_and(is_set)
+            }) {
+                Some(i) => Err(Denial::field(
+                    format!("spec.taskSpec.steps[{i}].script"),
+                    "script cannot be used with command: the stepTemplate's command, which Tekton merges into every step, reaches this step; give the step a command and args instead of a script, or take command out of the stepTemplate",
+                )),
+                None => Ok(Some(steps)),
+            }
+        })
 }
 
 /// System directories, and the top-level directories org steps run from (their command, their

@@ -96,6 +96,13 @@ fn plan_source(
             )),
             None => Ok(None),
         },
+        TaskSource::Bundle => match applied.first() {
+            Some(p) => Err(Denial::policy(
+                p,
+                "spec.taskRef.bundle: must not set the field(s): spec.taskRef.bundle (Tekton refuses bundles on create); reference the bundle through the bundles resolver (taskRef: {resolver: bundles, params: [...]})",
+            )),
+            None => Ok(None),
+        },
         TaskSource::Missing => match applied.first() {
             Some(p) => Err(Denial::policy(
                 p,
@@ -459,7 +466,9 @@ fn keep_existing_forms(
         let same = equivalent(existing, step)
             || helper.is_some_and(|spec| {
                 let name = tekton::step_name(step).unwrap_or_default();
-                equivalent(existing, &inject::legacy_helper_step(settings, name, spec))
+                inject::earlier_helper_steps(settings, name, spec)
+                    .iter()
+                    .any(|earlier| equivalent(existing, earlier))
             });
         if same {
             *step = (*existing).clone();

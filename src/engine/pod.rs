@@ -116,7 +116,7 @@ fn applicable<'s>(
             .filter(|p| p.spec.task_ref != TaskRefPolicy::Skip)
             .collect(),
         // Tekton refuses both.
-        TaskSource::Both | TaskSource::Missing => Vec::new(),
+        TaskSource::Both | TaskSource::Bundle | TaskSource::Missing => Vec::new(),
     }
 }
 

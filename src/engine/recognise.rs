@@ -203,7 +203,9 @@ fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -
         let same = equivalent(step, want)
             || helper.is_some_and(|spec| {
                 tekton::step_name(want).is_some_and(|name| {
-                    equivalent(step, &inject::legacy_helper_step(settings, name, spec))
+                    inject::earlier_helper_steps(settings, name, spec)
+                        .iter()
+                        .any(|earlier| equivalent(step, earlier))
                 })
             });
         if !same {

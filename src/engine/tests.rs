@@ -660,6 +660,15 @@ spec:
     );
     let set = policies(ALWAYS);
     assert_converges(&set, &object);
+    // The template's command over the author's own script step: refused at that step, as Tekton
+    // refuses it as sent.
+    object["spec"]["taskSpec"]["steps"] =
+        json!([{"name": "build", "image": "go", "script": "go build"}]);
+    denied(
+        &set,
+        &object,
+        "spec.taskSpec.steps[0].script: script cannot be used with command",
+    );
 }
 
 #[test]

@@ -32,6 +32,9 @@ pub struct Settings {
     pub prefix: String,
     /// Image of the gate and verdict steps of `postStepsRun: Always` (needs `/bin/sh`).
     pub helper_image: String,
+    /// The user the gate and verdict steps run as (`runAsUser` of their restricted
+    /// securityContext); `None` leaves it to the platform (OpenShift assigns one per namespace).
+    pub helper_run_as_user: Option<i64>,
     /// The user Tekton's controller acts as; its dry-run Task CREATEs (remote resolution) get
     /// the policies' steps too.
     pub tekton_controller: String,
@@ -41,6 +44,8 @@ pub struct Settings {
 pub const DEFAULT_PREFIX: &str = "bookend-";
 /// Default helper image for gate and verdict steps.
 pub const DEFAULT_HELPER_IMAGE: &str = "docker.io/library/busybox:1.37";
+/// Default user of the gate and verdict steps (not root: Pod Security `restricted` requires it).
+pub const DEFAULT_HELPER_RUN_AS_USER: i64 = 65532;
 /// Default user of Tekton's controller.
 pub const DEFAULT_TEKTON_CONTROLLER: &str =
     "system:serviceaccount:tekton-pipelines:tekton-pipelines-controller";
@@ -50,6 +55,7 @@ impl Default for Settings {
         Self {
             prefix: DEFAULT_PREFIX.to_owned(),
             helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
+            helper_run_as_user: Some(DEFAULT_HELPER_RUN_AS_USER),
             tekton_controller: DEFAULT_TEKTON_CONTROLLER.to_owned(),
         }
     }

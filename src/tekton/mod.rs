@@ -76,6 +76,9 @@ pub enum TaskSource {
     /// Both `spec.taskRef` and `spec.taskSpec` (Tekton refuses the TaskRun: "expected exactly
     /// one, got both").
     Both,
+    /// A v1beta1 `taskRef.bundle`: Tekton's webhook refuses it on create ("must not set the
+    /// field(s): spec.taskRef.bundle"); its conversion to v1 would drop it.
+    Bundle,
     /// Neither `taskSpec` nor `taskRef` (Tekton refuses this itself).
     Missing,
 }
@@ -204,8 +207,10 @@ impl<'a> TaskRunView<'a> {
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
         };
-        // `kind`, `apiVersion` (and v1beta1's `bundle`, which Tekton refuses on CREATE and its
-        // conversion to v1 drops) never decide where the Task comes from.
+        if field("bundle").is_some() {
+            return TaskSource::Bundle;
+        }
+        // `kind` and `apiVersion` never decide where the Task comes from.
         match (field("name"), field("resolver")) {
             (_, Some(resolver)) => TaskSource::RemoteRef {
                 resolver: resolver.to_owned(),
@@ -393,8 +398,6 @@ mod tests {
             json!({"name": "build", "kind": "Wait", "apiVersion": "example.dev/v1"}),
             json!({"name": "build", "kind": "ClusterTask"}),
             json!({"name": "build", "resolver": ""}),
-            // v1beta1 bundles: refused on CREATE, dropped by the conversion to v1.
-            json!({"name": "build", "bundle": "reg/x:1"}),
         ] {
             assert_eq!(
                 src(json!({"taskRef": task_ref})),
@@ -422,6 +425,11 @@ mod tests {
         assert_eq!(
             src(json!({"taskRef": {"name": "b"}, "taskSpec": {"steps": []}})),
             TaskSource::Both
+        );
+        // v1beta1 bundles: refused on CREATE by Tekton's webhook.
+        assert_eq!(
+            src(json!({"taskRef": {"name": "build", "bundle": "reg/x:1"}})),
+            TaskSource::Bundle
         );
         assert_eq!(src(json!({"taskRef": "build"})), TaskSource::Missing);
         assert_eq!(src(json!({"taskRef": null})), TaskSource::Missing);

@@ -419,9 +419,8 @@ pub fn scenario_long_step_names(ctx: &mut Ctx) -> String {
 
 /// Scenario 14: every local `taskRef` form of tests/security's taskRef class, without bookend
 /// (namespace `plain`: Tekton's reconciler fetches the Task itself) and with a policy (bookend
-/// inlined it): the same Task runs, with the org's step around it. A `tekton.dev/v1` TaskRun
-/// with `bundle` is refused by the apiserver (an unknown field: the e2e suite shows it), so
-/// that form is sent as `tekton.dev/v1beta1`, which Tekton's conversion stores as v1.
+/// inlined it): the same Task runs, with the org's step around it. (A v1beta1 `bundle`, which
+/// Tekton's webhook refuses on create and bookend refuses likewise, is the e2e suite's.)
 pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
     for ns in [PLAIN, FORMS] {
         ctx.env.kubectl.apply(&json!({

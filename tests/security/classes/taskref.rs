@@ -33,10 +33,6 @@ pub fn local_forms() -> Vec<(&'static str, Value)> {
             json!({"name": "build", "resolver": ""}),
         ),
         (
-            "a v1beta1 bundle",
-            json!({"name": "build", "bundle": "registry.example/t:1"}),
-        ),
-        (
             "apiVersion alone",
             json!({"name": "build", "apiVersion": "tekton.dev/v1beta1"}),
         ),
@@ -92,6 +88,15 @@ pub fn cases() -> Vec<Case> {
         namespace: "team-a",
         taskrun: with_spec(json!({"taskRef": {"name": "signed", "kind": "Task"}})),
         expect: Expect::Denied("trusted-resources signature"),
+    });
+    let mut bundle =
+        with_spec(json!({"taskRef": {"name": "build", "bundle": "registry.example/t:1"}}));
+    bundle["apiVersion"] = json!("tekton.dev/v1beta1");
+    cases.push(Case {
+        name: "taskref/a v1beta1 bundle, which Tekton refuses on create (its conversion would run the local Task)",
+        namespace: "team-a",
+        taskrun: bundle,
+        expect: Expect::Denied("spec.taskRef.bundle"),
     });
     cases.push(Case {
         name: "taskref/both taskRef and taskSpec",
