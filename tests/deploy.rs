@@ -836,27 +836,25 @@ fn validation_is_the_fail_closed_backstop() {
             "a condition on policies must keep every CREATE: {e}"
         );
     }
-    // The Pod backstop sees only the Pods Tekton's controller creates for TaskRuns.
+    // The Pod backstop sees the Pods labelled as a TaskRun's, whoever creates or changes them
+    // (only Tekton's controller may create one; nobody may change an org container).
     let pods = entry(&entries, "pods.validate.bookend.dev");
-    rule_is(pods, "", &["v1"], &["CREATE"], &["pods"]);
+    rule_is(
+        pods,
+        "",
+        &["v1"],
+        &["CREATE", "UPDATE"],
+        &["pods", "pods/ephemeralcontainers"],
+    );
     excludes_system_namespaces(pods);
     assert_eq!(
         pods["objectSelector"],
         json!({"matchExpressions": [{"key": "tekton.dev/taskRun", "operator": "Exists"}]}),
         "only Pods labelled with their TaskRun reach bookend"
     );
-    let conditions: Vec<&str> = pods["matchConditions"]
-        .as_array()
-        .expect("the Pod entry is limited to Tekton's controller")
-        .iter()
-        .map(|c| c["expression"].as_str().unwrap())
-        .collect();
-    assert_eq!(
-        conditions,
-        [format!(
-            "request.userInfo.username == '{TEKTON_CONTROLLER}'"
-        )],
-        "Tekton's controller only"
+    assert!(
+        pods.get("matchConditions").is_none(),
+        "not limited to Tekton's controller: a Pod anyone else labels as a TaskRun's is refused"
     );
 
     // The policy CRDs' group and plural names are the ones the rule names.

@@ -56,7 +56,8 @@ enum Route {
     /// `/mutate`: the dry-run Task CREATE by which Tekton's controller checks a remotely
     /// resolved Task; it gets the policies' steps too.
     ResolvedTask,
-    /// `/validate-pods`: a Pod CREATE, checked against the TaskRun that owns it ([`pods`]).
+    /// `/validate-pods`: a Pod CREATE, checked against the TaskRun that owns it, or an UPDATE
+    /// (of the Pod or its ephemeral containers), checked against the Pod before it ([`pods`]).
     Pod,
     /// `/validate`: a ClusterStepPolicy or StepPolicy CREATE or UPDATE, checked as `bookend
     /// validate` checks files.
@@ -93,9 +94,9 @@ impl Route {
             .as_deref()
             .is_some_and(|s| !s.is_empty());
         match (endpoint, kind, request.operation.as_str()) {
-            // Ahead of the subresource test, as the Pod backstop has always been: its webhook
-            // rule sends `pods` CREATEs only, never a subresource.
-            (Endpoint::ValidatePods, ("", "Pod"), "CREATE") => Self::Pod,
+            // Ahead of the subresource test: the Pod backstop judges `pods` CREATEs and UPDATEs
+            // and the `ephemeralcontainers` subresource.
+            (Endpoint::ValidatePods, ("", "Pod"), "CREATE" | "UPDATE") => Self::Pod,
             _ if subresource => Self::Subresource,
             (_, (tekton::GROUP, "TaskRun"), "CREATE") => Self::TaskRun(match endpoint {
                 Endpoint::Mutate => TaskRunCheck::Inject,

@@ -76,7 +76,9 @@ pub fn read(body: &[u8]) -> Read {
         Err(reply) => return Read::Malformed(reply),
     };
     let owner = match (route, &request.object) {
-        (Route::Pod, Some(ObjectIn(pod))) => owner_of(pod, &summary),
+        (Route::Pod, Some(ObjectIn(pod))) if request.operation == "CREATE" => {
+            owner_of(pod, &summary)
+        }
         _ => None,
     };
     Read::Review(Box::new(PodReview {
@@ -120,8 +122,31 @@ pub fn answer(
     let Some(ObjectIn(pod)) = &request.object else {
         return bad_request(summary, "request.object is missing".to_owned());
     };
+    let controller = &set.settings().tekton_controller;
+    let user = request.user_info.username.as_str();
     let answer = match (wanted, owner) {
+        // An UPDATE: judged against the Pod before it, without the TaskRun.
+        (None, _) if request.operation == "UPDATE" => {
+            let old = request.old_object.as_ref().map(|o| &o.0);
+            match engine::pod::check_pod_update(
+                old.unwrap_or(&Value::Null),
+                pod,
+                request.sub_resource.as_deref().unwrap_or(""),
+                user == controller,
+                set.settings(),
+            ) {
+                Ok(()) => Answer::allow(),
+                Err(denial) => Answer::deny(denial.message),
+            }
+        }
         (None, _) => Answer::allow(),
+        // Tekton's controller creates a TaskRun's Pods; a Pod labelled as a TaskRun's by anyone
+        // else would be adopted by the controller (a TaskRun created pending) and run in its
+        // place.
+        (Some(wanted), _) if user != controller => Answer::deny(format!(
+            "bookend: only Tekton's controller ({controller}) creates the Pods of a TaskRun; this Pod is labelled tekton.dev/taskRun={} but is created by {user:?}: remove the label, or let Tekton create the TaskRun's Pod",
+            wanted.name
+        )),
         (Some(wanted), OwnerLookup::Found(taskrun)) => {
             let uid = taskrun.pointer("/metadata/uid").and_then(Value::as_str);
             if wanted.uid.is_some() && wanted.uid.as_deref() != uid {
@@ -192,11 +217,21 @@ mod tests {
     fn pod_review(labels: Value, containers: &[&str]) -> Vec<u8> {
         let containers: Vec<Value> = containers
             .iter()
-            .map(|c| json!({"name": c, "image": "x"}))
+            .enumerate()
+            .map(|(i, c)| {
+                let name = c.strip_prefix("step-").unwrap_or(c);
+                let step = if name == "bookend-creds" {
+                    json!({"name": name, "image": "alpine"})
+                } else {
+                    json!({"name": name, "image": "golang", "command": ["go", "build"]})
+                };
+                crate::engine::pod::tests::tekton_container(&step, i)
+            })
             .collect();
         serde_json::to_vec(&json!({
             "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
             "request": {"uid": "u-1", "operation": "CREATE", "namespace": "team-a",
+                        "userInfo": {"username": crate::policy::DEFAULT_TEKTON_CONTROLLER},
                         "kind": {"group": "", "version": "v1", "kind": "Pod"},
                         "object": {"apiVersion": "v1", "kind": "Pod",
                                    "metadata": {"name": "p", "labels": labels},
@@ -294,6 +329,112 @@ mod tests {
             assert_eq!(r["allowed"], true, "{r}");
             assert!(r["warnings"][0].is_string(), "{r}");
         }
+    }
+
+    #[test]
+    fn only_tekton_creates_a_taskruns_pod() {
+        let mut body: Value =
+            serde_json::from_slice(&pod_review(labels(), &["step-bookend-creds", "step-clone"]))
+                .unwrap();
+        body["request"]["userInfo"]["username"] = json!("system:serviceaccount:team-a:default");
+        let r = answer_with(
+            &serde_json::to_vec(&body).unwrap(),
+            OwnerLookup::Found(taskrun("uid-1")),
+            PodBackstop::Enforce,
+        );
+        assert_eq!(r["allowed"], false, "{r}");
+        assert!(
+            r["status"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("only Tekton's controller"),
+            "{r}"
+        );
+    }
+
+    fn update(old: Value, new: Value, subresource: &str, user: &str) -> Value {
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u-2", "operation": "UPDATE", "namespace": "team-a", "subResource": subresource,
+                        "userInfo": {"username": user},
+                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "object": new, "oldObject": old}})).unwrap();
+        let Read::Review(review) = read(&body) else {
+            panic!("a readable review")
+        };
+        assert!(review.owner().is_none(), "an UPDATE needs no TaskRun");
+        let reply = answer(
+            review,
+            OwnerLookup::NotFound,
+            PodBackstop::Enforce,
+            &set(),
+            &Catalog::default(),
+        );
+        serde_json::from_slice::<Value>(&reply.body).unwrap()["response"].clone()
+    }
+
+    #[test]
+    fn updates_that_change_org_containers_or_adopt_pods_are_refused() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "p", "labels": labels()},
+            "spec": {"containers": [{"name": "step-bookend-creds", "image": "alpine"}, {"name": "step-build", "image": "golang"}],
+                     "initContainers": [{"name": "place-scripts", "image": "shell"}]}});
+        let tenant = "system:serviceaccount:team-a:default";
+        // Tekton's own annotation patch, a tenant's change to its own step: fine.
+        let mut annotated = pod.clone();
+        annotated["metadata"]["annotations"] = json!({"tekton.dev/ready": "READY"});
+        assert_eq!(update(pod.clone(), annotated, "", tenant)["allowed"], true);
+        let mut own = pod.clone();
+        own["spec"]["containers"][1]["image"] = json!("golang:2");
+        assert_eq!(update(pod.clone(), own, "", tenant)["allowed"], true);
+        // An org container's image, Tekton's script writer's image: refused.
+        for (i, list) in [(0, "containers"), (0, "initContainers")] {
+            let mut swapped = pod.clone();
+            swapped["spec"][list][i]["image"] = json!("evil");
+            let r = update(
+                pod.clone(),
+                swapped,
+                "",
+                crate::policy::DEFAULT_TEKTON_CONTROLLER,
+            );
+            assert_eq!(r["allowed"], false, "{list}: {r}");
+        }
+        // Labelling a Pod as a TaskRun's: Tekton's controller only.
+        let mut unlabelled = pod.clone();
+        unlabelled["metadata"]["labels"] = json!({});
+        let r = update(unlabelled, pod.clone(), "", tenant);
+        assert_eq!(r["allowed"], false, "{r}");
+        // Ephemeral containers: not into an org container's processes, not onto its volumes.
+        let with = |e: Value| {
+            let mut p = pod.clone();
+            p["spec"]["ephemeralContainers"] = json!([e]);
+            p
+        };
+        let r = update(
+            pod.clone(),
+            with(
+                json!({"name": "debug", "image": "busybox", "targetContainerName": "step-bookend-creds"}),
+            ),
+            "ephemeralcontainers",
+            tenant,
+        );
+        assert_eq!(r["allowed"], false, "{r}");
+        let r = update(
+            pod.clone(),
+            with(
+                json!({"name": "debug", "image": "busybox", "volumeMounts": [{"name": "tekton-internal-scripts", "mountPath": "/s"}]}),
+            ),
+            "ephemeralcontainers",
+            tenant,
+        );
+        assert_eq!(r["allowed"], false, "{r}");
+        let r = update(
+            pod.clone(),
+            with(json!({"name": "debug", "image": "busybox", "targetContainerName": "step-build"})),
+            "ephemeralcontainers",
+            tenant,
+        );
+        assert_eq!(r["allowed"], true, "{r}");
     }
 
     #[test]

@@ -50,6 +50,9 @@ pub(super) struct RequestIn {
     pub(super) operation: String,
     #[serde(default)]
     pub(super) object: Option<ObjectIn>,
+    /// The object before an UPDATE.
+    #[serde(default)]
+    pub(super) old_object: Option<ObjectIn>,
     #[serde(default)]
     pub(super) dry_run: Option<bool>,
     #[serde(default)]

@@ -279,6 +279,17 @@ pub fn container_name(step: &Value, index: usize) -> String {
     }
 }
 
+/// A container name as Tekton cuts it (`names.SimpleNameGenerator.RestrictLength` in
+/// `pkg/names`): at most 63 characters, without trailing characters that are not letters or
+/// digits.
+pub fn restrict_length(name: &str) -> String {
+    let mut name: String = name.chars().take(63).collect();
+    while name.ends_with(|c: char| !c.is_ascii_alphanumeric()) {
+        name.pop();
+    }
+    name
+}
+
 /// Rewrites a v1 step (or stepTemplate or sidecar) into `version`'s field names.
 pub fn convert_container(mut value: Value, version: ApiVersion) -> Value {
     if version == ApiVersion::V1beta1
@@ -471,6 +482,18 @@ mod tests {
         assert_ne!(
             normalized(&a),
             normalized(&json!({"name": "x", "image": "j"}))
+        );
+    }
+
+    #[test]
+    fn container_names_are_cut_as_tekton_cuts_them() {
+        let long = format!("step-{}", "a".repeat(62));
+        assert_eq!(restrict_length(&long).len(), 63);
+        assert_eq!(restrict_length("step-build"), "step-build");
+        let dash_at_63 = format!("step-{}-b", "a".repeat(57));
+        assert_eq!(
+            restrict_length(&dash_at_63),
+            format!("step-{}", "a".repeat(57))
         );
     }
 

@@ -1,0 +1,993 @@
+//! The Pod backstop: a TaskRun's Pod must carry every step bookend injects on the path that
+//! TaskRun took. It is where the steps actually run, and the only place bookend sees TaskRuns
+//! whose Task is resolved after admission (`taskRef.resolver`): their steps come from the
+//! fail-open mutation of the controller's dry-run Task CREATE, which an outage skips silently.
+//!
+//! The expected steps are the steps of every Enforce policy that applies to the TaskRun on its
+//! path (inline or inlined: the policies it matches; a remote Task: the policies the dry-run
+//! injects, whose criteria are all about the namespace; a local `taskRef` left as it is: the
+//! policies that would have inlined it) and that existed when the TaskRun was created. They
+//! come from the policies alone: the Pod's `bookend.dev/injected` annotation is copied from the
+//! TaskRun, whose author can write it, so it decides nothing here.
+//!
+//! Then each org container is checked as Tekton built it ([`container`]): where the TaskRun
+//! carries its steps (an inline spec), the Pod's step containers must be, one for one, what
+//! bookend composes for them (recognised as for admission: the org's pre-steps first, its
+//! post-steps last, its gates and verdict, each org container exactly as its policy defines it
+//! modulo Tekton's transformations); where it does not (a remote Task, whose resolved spec
+//! Tekton stores only after the Pod exists), the org containers must stand first and last, in
+//! policy order, each as its policy defines it but for bookend's `Always` changes, and
+//! bookend's helpers must be bookend's.
+
+pub mod container;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde_json::{Value, json};
+
+use super::inject::{self, ParamValues, StepKind};
+use super::lookup::Lookup;
+use super::recognise::recognise;
+use super::{Denial, SubjectFacts};
+use crate::policy::{Mode, Policy, PolicySet, Settings, TaskRefPolicy};
+use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
+use container::{Difference, PodFacts};
+
+/// The container name Tekton gives a step.
+fn container_of(step: &str) -> String {
+    format!("step-{step}")
+}
+
+/// Checks `pod` (a Pod Tekton created for `taskrun`, both as the API server has them).
+/// `Ok` carries warnings; a Pod that lacks steps is a denial naming each step, its policy and
+/// what to do.
+pub fn check_pod(
+    pod: &Value,
+    taskrun: &Value,
+    set: &PolicySet,
+    lookup: &dyn Lookup,
+) -> Result<Vec<String>, Denial> {
+    let Some(view) = TaskRunView::new(taskrun) else {
+        return Ok(vec![
+            "bookend: the Pod's owner is not a TaskRun bookend can read; not checked".to_owned(),
+        ]);
+    };
+    let namespace = view.namespace().unwrap_or_default();
+    let containers: BTreeSet<&str> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c.get("name").and_then(Value::as_str))
+        .collect();
+    // Step name -> the policy that requires it.
+    let mut required: BTreeMap<String, String> = BTreeMap::new();
+    let created = view
+        .object
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str);
+    let path = view.task_source();
+    for policy in applicable(&view, namespace, &path, set, lookup) {
+        // A policy that did not exist when the TaskRun was created never applied to it.
+        if let (Some(policy_created), Some(created)) = (policy.created.as_deref(), created)
+            && policy_created > created
+        {
+            continue;
+        }
+        let id = policy.id.to_string();
+        for step in policy.step_names() {
+            required.insert(step.to_owned(), id.clone());
+        }
+    }
+
+    let missing: Vec<String> = required
+        .iter()
+        .filter(|(step, _)| !containers.contains(container_of(step).as_str()))
+        .map(|(step, by)| format!("{step} ({by})"))
+        .collect();
+    let name = view.display_name();
+    if missing.is_empty() {
+        let policies: Vec<&Policy> = applicable(&view, namespace, &path, set, lookup)
+            .into_iter()
+            .filter(|p| !matches!((p.created.as_deref(), created), (Some(p), Some(c)) if p > c))
+            .collect();
+        if policies.is_empty() {
+            return Ok(Vec::new());
+        }
+        return check_containers(pod, &view, &policies, set.settings(), lookup).map_err(|e| {
+            Denial {
+                message: format!(
+                    "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun carried what reaches org steps)"
+                ),
+            }
+        });
+    }
+    let why = match &path {
+        TaskSource::RemoteRef { resolver } => format!(
+            "its Task came through the {resolver} resolver, and bookend injects these steps when Tekton's controller dry-run-creates the resolved Task; that mutation did not happen (bookend was unavailable, or the webhook entry tasks-dryrun.mutate.bookend.dev is missing)"
+        ),
+        TaskSource::LocalRef { name } => format!(
+            "it references Task {name}, which bookend inlines to inject these steps, but the TaskRun was admitted without them (was bookend's webhook bypassed?)"
+        ),
+        _ => "the TaskRun's steps lack them or they were removed after admission".to_owned(),
+    };
+    Err(Denial {
+        message: format!(
+            "bookend: the Pod of TaskRun {namespace}/{name} lacks the step(s) {}: {why}. Create the TaskRun again once bookend is ready (`kubectl get pods -n <bookend namespace>`); `bookend render --explain` shows what the policies inject",
+            missing.join(", ")
+        ),
+    })
+}
+
+/// Checks a Pod UPDATE (`subresource` empty) or an `ephemeralcontainers` UPDATE against the Pod
+/// before it. Only Tekton's controller (`by_controller`) may label a Pod as a TaskRun's; no one
+/// may change the image of an org container or of Tekton's init containers (Kubernetes lets a
+/// container's image change, and restarts it with the new one); no ephemeral container may
+/// target an org container (sharing its processes) or mount bookend's or Tekton's internal
+/// volumes.
+pub fn check_pod_update(
+    old: &Value,
+    new: &Value,
+    subresource: &str,
+    by_controller: bool,
+    settings: &Settings,
+) -> Result<(), Denial> {
+    let deny = |message: String| {
+        Err(Denial {
+            message: format!("bookend: {message}"),
+        })
+    };
+    let label = |pod: &Value| {
+        pod.pointer("/metadata/labels/tekton.dev~1taskRun")
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    if label(old) != label(new) && !by_controller {
+        return deny(format!(
+            "only Tekton's controller labels a Pod as a TaskRun's (tekton.dev/taskRun {:?} -> {:?})",
+            label(old),
+            label(new)
+        ));
+    }
+    let prefix = format!("step-{}", settings.prefix);
+    let guarded = |name: &str| {
+        name.starts_with(&prefix)
+            || matches!(
+                name,
+                "prepare" | "place-scripts" | "working-dir-initializer"
+            )
+    };
+    for list in ["containers", "initContainers"] {
+        let before = |name: &str| {
+            old.pointer(&format!("/spec/{list}"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .find(|c| name_of(c) == name)
+                .and_then(|c| c.get("image"))
+                .cloned()
+        };
+        for container in new
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let name = name_of(container);
+            if guarded(name)
+                && let Some(image) = before(name)
+                && container.get("image") != Some(&image)
+            {
+                return deny(format!(
+                    "the image of container {name} is bookend's or Tekton's to choose (it was {image}); a Pod's org containers run as their policy defines them"
+                ));
+            }
+        }
+    }
+    if subresource == "ephemeralcontainers" {
+        let existing: BTreeSet<&str> = old
+            .pointer("/spec/ephemeralContainers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(name_of)
+            .collect();
+        for (i, ephemeral) in new
+            .pointer("/spec/ephemeralContainers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+            .filter(|(_, e)| !existing.contains(name_of(e)))
+        {
+            let target = ephemeral
+                .get("targetContainerName")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if target.starts_with(&prefix) {
+                return deny(format!(
+                    "spec.ephemeralContainers[{i}].targetContainerName: {target} is an org step: a debug container sharing its processes could read or change what it runs; target the TaskRun's own steps"
+                ));
+            }
+            for mount in ephemeral
+                .get("volumeMounts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let volume = name_of(mount);
+                if volume.starts_with(settings.prefix.as_str())
+                    || volume.starts_with("tekton-internal-")
+                {
+                    return deny(format!(
+                        "spec.ephemeralContainers[{i}].volumeMounts: {volume} holds the org steps' secrets or what Tekton runs them with; mount the TaskRun's own volumes only"
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The org containers of `pod`, in order and content.
+fn check_containers(
+    pod: &Value,
+    view: &TaskRunView<'_>,
+    policies: &[&Policy],
+    settings: &Settings,
+    lookup: &dyn Lookup,
+) -> Result<Vec<String>, String> {
+    let steps: Vec<&Value> = pod
+        .pointer("/spec/containers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|c| name_of(c).starts_with("step-"))
+        .collect();
+    let place_scripts = pod
+        .pointer("/spec/initContainers")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|c| name_of(c) == container::PLACE_SCRIPTS)
+        .and_then(|c| c.pointer("/args/1"))
+        .and_then(Value::as_str);
+    let platform_env = lookup
+        .default_pod_template()
+        .and_then(|t| t.get("env").and_then(Value::as_array).cloned())
+        .unwrap_or_default();
+    let facts = PodFacts {
+        place_scripts,
+        platform_env: &platform_env,
+    };
+    match view.task_spec().filter(|t| t.is_object()) {
+        Some(task_spec) => check_composed(&steps, task_spec, view, policies, settings, &facts),
+        None => check_shape(&steps, policies, settings, &facts),
+    }
+}
+
+fn name_of(container: &Value) -> &str {
+    container.get("name").and_then(Value::as_str).unwrap_or("")
+}
+
+fn explain(container: &str, owner: &str, d: Difference) -> String {
+    let at = if d.field.is_empty() {
+        String::new()
+    } else {
+        format!(" {}", d.field)
+    };
+    format!("container {container} ({owner}){at}: {}", d.what)
+}
+
+/// One for one against bookend's composition of the TaskRun's own steps.
+fn check_composed(
+    steps: &[&Value],
+    task_spec: &Value,
+    view: &TaskRunView<'_>,
+    policies: &[&Policy],
+    settings: &Settings,
+    facts: &PodFacts<'_>,
+) -> Result<Vec<String>, String> {
+    // As Tekton builds the Pod: v1 field names.
+    let task_spec = match view.api_version {
+        ApiVersion::V1 => task_spec.clone(),
+        ApiVersion::V1beta1 => tekton::task_spec_to_v1(task_spec.clone()),
+    };
+    let taskrun_steps = task_spec
+        .get("steps")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let params = ParamValues {
+        run_params: view
+            .spec()
+            .and_then(|s| s.get("params"))
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice),
+        spec_params: task_spec
+            .get("params")
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice),
+    };
+    let recognised = recognise(
+        taskrun_steps,
+        policies,
+        settings,
+        ApiVersion::V1,
+        &params,
+        None,
+    )
+    .map_err(|d| {
+        format!(
+            "the TaskRun's steps are not what bookend writes ({})",
+            d.message
+        )
+    })?;
+    let composed = inject::compose(recognised.user, policies, settings, ApiVersion::V1, &params);
+    if steps.len() != composed.steps.len() {
+        return Err(format!(
+            "it has {} step containers where the TaskRun has {} steps",
+            steps.len(),
+            composed.steps.len()
+        ));
+    }
+    for (i, ((container, step), kind)) in steps
+        .iter()
+        .zip(&composed.steps)
+        .zip(&composed.kinds)
+        .enumerate()
+    {
+        let want_name = tekton::restrict_length(&tekton::container_name(step, i));
+        if name_of(container) != want_name {
+            return Err(format!(
+                "step container {i} is {}, where Tekton puts {want_name}",
+                name_of(container)
+            ));
+        }
+        let owner = match kind {
+            StepKind::User(_) => continue,
+            StepKind::Pre(p) | StepKind::Post(p) => policies[*p].id.to_string(),
+            StepKind::Gate | StepKind::Verdict => "bookend (postStepsRun: Always)".to_owned(),
+        };
+        // A StepAction's content is resolved at reconcile time from the platform's pinned
+        // source (policies refuse any other): its position and name are checked.
+        if step.get("ref").is_some_and(|r| !r.is_null()) {
+            continue;
+        }
+        let earlier = matches!(kind, StepKind::Gate | StepKind::Verdict).then(|| {
+            let mut bare = step.clone();
+            if let Some(o) = bare.as_object_mut() {
+                o.remove("securityContext");
+            }
+            bare
+        });
+        if let Err(d) = container::check(container, step, facts) {
+            // A helper an earlier release wrote (without a securityContext) is bookend's too.
+            if earlier
+                .as_ref()
+                .is_some_and(|e| container::check(container, e, facts).is_ok())
+            {
+                continue;
+            }
+            return Err(explain(name_of(container), &owner, d));
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// Without the TaskRun's steps: the org containers first and last, in policy order, each as its
+/// policy defines it but for bookend's `Always` changes; the helpers bookend's.
+fn check_shape(
+    steps: &[&Value],
+    policies: &[&Policy],
+    settings: &Settings,
+    facts: &PodFacts<'_>,
+) -> Result<Vec<String>, String> {
+    let prefix = format!("step-{}", settings.prefix);
+    let pre: Vec<(&Policy, &Value)> = policies
+        .iter()
+        .flat_map(|p| p.pre_steps.iter().map(move |s| (*p, s)))
+        .collect();
+    let post: Vec<(&Policy, &Value)> = policies
+        .iter()
+        .rev()
+        .flat_map(|p| p.post_steps.iter().map(move |s| (*p, s)))
+        .collect();
+    let helper = |c: &Value| {
+        let n = name_of(c).strip_prefix("step-").unwrap_or("");
+        settings.is_helper_name(n)
+    };
+    let body: Vec<&Value> = steps.iter().copied().filter(|c| !helper(c)).collect();
+    if body.len() < pre.len() + post.len() {
+        return Err("it has fewer step containers than the org's steps".to_owned());
+    }
+    let org_at = |k: usize| {
+        if k < pre.len() {
+            Some(pre[k])
+        } else if k >= body.len() - post.len() {
+            Some(post[k - (body.len() - post.len())])
+        } else {
+            None
+        }
+    };
+    for (k, container) in body.iter().enumerate() {
+        let name = name_of(container);
+        match org_at(k) {
+            Some((policy, def)) => {
+                let want = tekton::restrict_length(&tekton::container_name(def, 0));
+                if name != want {
+                    return Err(format!(
+                        "{name} stands where Tekton puts {want} of {} (the org's steps come first and last, in policy order)",
+                        policy.id
+                    ));
+                }
+                if def.get("ref").is_some_and(|r| !r.is_null()) {
+                    continue;
+                }
+                let step = with_always_changes(def, container, settings);
+                container::check(container, &step, facts)
+                    .map_err(|d| explain(name, &policy.id.to_string(), d))?;
+            }
+            None if name.starts_with(&prefix) => {
+                return Err(format!(
+                    "{name} uses the reserved prefix among the TaskRun's own steps"
+                ));
+            }
+            None => {}
+        }
+    }
+    for (i, container) in steps.iter().enumerate() {
+        if helper(container) && !is_helper(container, settings, facts) {
+            return Err(format!(
+                "step container {i} ({}) has a helper's name but is not one of bookend's helpers",
+                name_of(container)
+            ));
+        }
+    }
+    Ok(Vec::new())
+}
+
+/// `def` with what bookend's `Always` composition may have done to it, as the container shows:
+/// `onError: continue`, and conditions on bookend's gates.
+fn with_always_changes(def: &Value, container: &Value, settings: &Settings) -> Value {
+    let mut step = def.clone();
+    let args: Vec<&str> = container
+        .get("args")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| *a == name)
+            .and_then(|i| args.get(i + 1))
+            .copied()
+    };
+    if flag("-on_error") == Some("continue") && def.get("onError").is_none() {
+        step["onError"] = json!("continue");
+    }
+    let gate_whens: Vec<Value> = flag("--when_expressions")
+        .and_then(|w| serde_json::from_str::<Vec<Value>>(w).ok())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|w| inject::is_gate_when(settings, w))
+        .collect();
+    if !gate_whens.is_empty() {
+        let mut whens = def
+            .get("when")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        whens.extend(gate_whens);
+        step["when"] = Value::Array(whens);
+    }
+    step
+}
+
+/// A container is one of bookend's gate or verdict steps: the helper image, a shell running
+/// one of the two scripts bookend writes, run restricted (or, as earlier releases wrote them,
+/// without a securityContext).
+fn is_helper(container: &Value, settings: &Settings, facts: &PodFacts<'_>) -> bool {
+    let args: Vec<&str> = container
+        .get("args")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let Some(split) = args.iter().position(|a| *a == "--") else {
+        return false;
+    };
+    let [dash_c, script] = &args[split + 1..] else {
+        return false;
+    };
+    if *dash_c != "-c" || !(is_gate_script(script) || is_verdict_script(script)) {
+        return false;
+    }
+    let name = name_of(container).strip_prefix("step-").unwrap_or("");
+    let mut step = json!({"name": name, "image": settings.helper_image,
+                          "command": ["/bin/sh", "-c"], "args": [script]});
+    if is_gate_script(script) {
+        step["results"] = json!([{"name": "ok"}]);
+    }
+    let mut restricted = step.clone();
+    restricted["securityContext"] = inject::helper_step(
+        settings,
+        name,
+        &inject::Helper::Verdict { checks: Vec::new() },
+    )["securityContext"]
+        .clone();
+    container::check(container, &restricted, facts).is_ok()
+        || container::check(container, &step, facts).is_ok()
+}
+
+/// `cd /tekton/steps;[ "$(cat 1/results/ok)$(cat 2/exitCode)" = true0 ]&&r=true||r=false;…`
+fn is_gate_script(script: &str) -> bool {
+    let Some(rest) = script.strip_prefix("cd /tekton/steps;[ \"") else {
+        return false;
+    };
+    let Some(rest) = rest.strip_suffix(" ]&&r=true||r=false;printf $r>$(step.results.ok.path)")
+    else {
+        return false;
+    };
+    let Some((reads, want)) = rest.split_once("\" = ") else {
+        return false;
+    };
+    let mut reads = reads;
+    while let Some(r) = reads.strip_prefix("$(cat ") {
+        let Some((file, after)) = r.split_once(')') else {
+            return false;
+        };
+        let Some((index, what)) = file.split_once('/') else {
+            return false;
+        };
+        if index.is_empty()
+            || !index.bytes().all(|b| b.is_ascii_digit())
+            || !matches!(what, "exitCode" | "results/ok")
+        {
+            return false;
+        }
+        reads = after;
+    }
+    let want = want.strip_prefix("true").unwrap_or(want);
+    reads.is_empty() && want.bytes().all(|b| b == b'0')
+}
+
+/// `cd /tekton/steps;r=0;for s in step-a step-b;do …;done;exit $r`
+fn is_verdict_script(script: &str) -> bool {
+    script
+        .strip_prefix("cd /tekton/steps;r=0;for s in ")
+        .and_then(|r| r.strip_suffix(";do c=$(cat $s/exitCode);[ \"$c\" = 0 ]||{ echo \"bookend: $s failed (exit code ${c:-none})\";r=1;};done;exit $r"))
+        .is_some_and(|list| {
+            !list.is_empty()
+                && list
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b' ')
+        })
+}
+
+/// The Enforce policies whose steps a Pod of this TaskRun must carry, by the TaskRun's path.
+fn applicable<'s>(
+    view: &TaskRunView<'_>,
+    namespace: &str,
+    path: &TaskSource,
+    set: &'s PolicySet,
+    lookup: &dyn Lookup,
+) -> Vec<&'s Policy> {
+    let facts = SubjectFacts::of(view, namespace, lookup);
+    let subject = facts.subject(namespace);
+    let matching = set
+        .candidates(&subject)
+        .into_iter()
+        .filter(|p| p.spec.mode == Mode::Enforce && p.matches(&subject));
+    match path {
+        TaskSource::Inline => matching.collect(),
+        // The dry-run Task carries nothing of the TaskRun: only namespace-level policies apply.
+        TaskSource::RemoteRef { .. } => matching.filter(|p| p.namespace_level_only()).collect(),
+        // Left as a reference: policies that skip such TaskRuns add nothing (a signed Task is
+        // never inlined, but refused: its TaskRun never gets here).
+        TaskSource::LocalRef { .. } => matching
+            .filter(|p| p.spec.task_ref != TaskRefPolicy::Skip)
+            .collect(),
+        // Tekton refuses both.
+        TaskSource::Both | TaskSource::Bundle | TaskSource::Missing => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+    use crate::engine::Catalog;
+    use crate::engine::tests::policies;
+    use serde_json::json;
+
+    const POLICIES: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps: [{name: bookend-creds, image: alpine}]
+  postSteps: [{name: bookend-sbom, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: labelled, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  match: {selector: {matchLabels: {scan: "yes"}}}
+  preSteps: [{name: bookend-scan, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: audit, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  mode: Audit
+  preSteps: [{name: bookend-audit, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: later, creationTimestamp: "2026-09-01T00:00:00Z"}
+spec:
+  preSteps: [{name: bookend-later, image: alpine}]
+"#;
+
+    fn taskrun(spec: Value, labels: Value) -> Value {
+        json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+               "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1",
+                            "labels": labels, "creationTimestamp": "2026-06-01T00:00:00Z"},
+               "spec": spec})
+    }
+
+    fn remote() -> Value {
+        taskrun(
+            json!({"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}),
+            json!({"scan": "yes"}),
+        )
+    }
+
+    /// A step's container as Tekton's `orderContainers` builds it (for steps without a command,
+    /// after `resolveEntrypoints`: the image by digest, the platform commands in env).
+    pub(crate) fn tekton_container(step: &Value, index: usize) -> Value {
+        let name = tekton::restrict_length(&tekton::container_name(step, index));
+        let mut args: Vec<Value> = vec![
+            json!("-post_file"),
+            json!(format!("/tekton/run/{index}/out")),
+            json!("-termination_path"),
+            json!("/tekton/termination"),
+            json!("-step_metadata_dir"),
+            json!(format!("/tekton/run/{index}/status")),
+        ];
+        if index > 0 {
+            args.splice(
+                0..0,
+                [
+                    json!("-wait_file"),
+                    json!(format!("/tekton/run/{}/out", index - 1)),
+                ],
+            );
+        }
+        if let Some(on_error) = step.get("onError") {
+            args.extend([json!("-on_error"), on_error.clone()]);
+        }
+        if let Some(results) = step.get("results").and_then(Value::as_array) {
+            let names: Vec<&str> = results.iter().filter_map(|r| r["name"].as_str()).collect();
+            args.extend([json!("-step_results"), json!(names.join(","))]);
+        }
+        if let Some(when) = step.get("when") {
+            args.extend([json!("--when_expressions"), json!(when.to_string())]);
+        }
+        let command: Vec<Value> = step
+            .get("command")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut env: Vec<Value> = step
+            .get("env")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let mut image = step["image"].clone();
+        if let Some(program) = command.first() {
+            args.extend([json!("-entrypoint"), program.clone()]);
+        } else {
+            let repository = match image.as_str().unwrap_or("") {
+                "alpine" => "index.docker.io/library/alpine".to_owned(),
+                other => other.split(':').next().unwrap_or(other).to_owned(),
+            };
+            image = json!(format!("{repository}@sha256:{}", "0".repeat(64)));
+            env.push(json!({"name": "TEKTON_PLATFORM_COMMANDS", "value": "{\"linux/amd64\":[\"/bin/sh\"]}"}));
+        }
+        args.push(json!("--"));
+        args.extend(command.iter().skip(1).cloned());
+        args.extend(
+            step.get("args")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default(),
+        );
+        let mut container = json!({"name": name, "image": image, "command": ["/tekton/bin/entrypoint"],
+            "args": args, "terminationMessagePath": "/tekton/termination",
+            "terminationMessagePolicy": "File",
+            "volumeMounts": [{"name": "tekton-internal-bin", "mountPath": "/tekton/bin", "readOnly": true},
+                             {"name": format!("tekton-internal-run-{index}"), "mountPath": format!("/tekton/run/{index}")}]});
+        if !env.is_empty() {
+            container["env"] = Value::Array(env);
+        }
+        for key in ["securityContext", "workingDir"] {
+            if let Some(v) = step.get(key) {
+                container[key] = v.clone();
+            }
+        }
+        container
+    }
+
+    /// The policies' step of each name, else a step of the author's.
+    fn step_named(name: &str) -> Value {
+        let set = policies(POLICIES);
+        set.policies()
+            .iter()
+            .flat_map(|p| p.pre_steps.iter().chain(&p.post_steps))
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| json!({"name": name, "image": "golang", "command": ["go", "build"]}))
+    }
+
+    fn pod(steps: &[&str], record: Option<&str>) -> Value {
+        let containers: Vec<Value> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| tekton_container(&step_named(s), i))
+            .collect();
+        let mut pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "run-1-pod", "namespace": "team-a",
+                         "labels": {"tekton.dev/taskRun": "run-1"}},
+            "spec": {"containers": containers}});
+        if let Some(r) = record {
+            pod["metadata"]["annotations"] = json!({ crate::engine::record::ANNOTATION: r });
+        }
+        pod
+    }
+
+    fn check(pod: &Value, taskrun: &Value) -> Result<Vec<String>, Denial> {
+        check_pod(pod, taskrun, &policies(POLICIES), &Catalog::default())
+    }
+
+    #[test]
+    fn a_remote_taskruns_pod_needs_the_namespace_level_steps() {
+        // The dry-run mutation was skipped: the Task's own step only.
+        let err = check(&pod(&["clone"], None), &remote()).unwrap_err();
+        assert!(
+            err.message
+                .contains("lacks the step(s) bookend-creds (ClusterStepPolicy/org), bookend-sbom (ClusterStepPolicy/org)"),
+            "{err}"
+        );
+        assert!(err.message.contains("git resolver"), "{err}");
+        // Not required: the label-selected policy (the dry-run cannot see TaskRun labels), the
+        // Audit policy, and the policy created after the TaskRun.
+        assert!(!err.message.contains("bookend-scan"), "{err}");
+        assert!(!err.message.contains("bookend-audit"), "{err}");
+        assert!(!err.message.contains("bookend-later"), "{err}");
+        // With the dry-run mutation: admitted.
+        assert_eq!(
+            check(
+                &pod(&["bookend-creds", "clone", "bookend-sbom"], None),
+                &remote()
+            ),
+            Ok(Vec::new())
+        );
+    }
+
+    #[test]
+    fn an_inline_taskruns_pod_needs_what_its_policies_inject() {
+        let inline = taskrun(
+            json!({"taskSpec": {"steps": [{"name": "build", "image": "go"}]}}),
+            json!({"scan": "yes"}),
+        );
+        // Policy order: `labelled` sorts before `org` (same priority, by name).
+        let all = ["bookend-scan", "bookend-creds", "build", "bookend-sbom"];
+        assert_eq!(check(&pod(&all, None), &inline), Ok(Vec::new()));
+        let err = check(
+            &pod(&["bookend-creds", "build", "bookend-sbom"], None),
+            &inline,
+        )
+        .unwrap_err();
+        assert!(
+            err.message
+                .contains("lacks the step(s) bookend-scan (ClusterStepPolicy/labelled)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_record_on_the_pod_decides_nothing() {
+        // The record is copied from the TaskRun, whose author writes it: claiming other steps
+        // (or none) does not change what the policies require.
+        for record in [
+            r#"{"policies":[{"policy":"ClusterStepPolicy/org","hash":"0","steps":["bookend-old"]}],"helpers":["bookend-gate-1"]}"#,
+            r#"{"policies":[]}"#,
+            "garbage",
+        ] {
+            let err = check(&pod(&["bookend-old", "clone"], Some(record)), &remote()).unwrap_err();
+            assert!(
+                err.message.contains(
+                    "bookend-creds (ClusterStepPolicy/org), bookend-sbom (ClusterStepPolicy/org)"
+                ),
+                "{record}: {err}"
+            );
+            assert_eq!(
+                check(
+                    &pod(&["bookend-creds", "clone", "bookend-sbom"], Some(record)),
+                    &remote()
+                ),
+                Ok(Vec::new()),
+                "{record}"
+            );
+        }
+    }
+
+    #[test]
+    fn local_references_left_as_they_are() {
+        let local = taskrun(json!({"taskRef": {"name": "build"}}), json!({}));
+        // `org` inlines referenced Tasks: a Pod without its steps means it was bypassed.
+        let err = check(&pod(&["compile"], None), &local).unwrap_err();
+        assert!(err.message.contains("references Task build"), "{err}");
+        // A policy that skips such TaskRuns requires nothing.
+        let skip = policies(
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: s}\nspec:\n  taskRef: Skip\n  preSteps: [{name: bookend-s, image: alpine}]\n",
+        );
+        assert_eq!(
+            check_pod(&pod(&["compile"], None), &local, &skip, &Catalog::default()),
+            Ok(Vec::new())
+        );
+    }
+}
+
+#[cfg(test)]
+mod content {
+    use super::tests::tekton_container;
+    use super::*;
+    use crate::engine::tests::policies;
+    use crate::engine::{Catalog, Request, decide};
+
+    const ALWAYS: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org}
+spec:
+  postStepsRun: Always
+  preSteps: [{name: bookend-creds, image: creds:1, command: [/creds], args: ["--for", "$(context.taskRun.name)"], env: [{name: MODE, value: strict}], securityContext: {allowPrivilegeEscalation: false}}]
+  postSteps: [{name: bookend-sbom, image: syft:1, command: [/syft], args: [dir:/workspace]}]
+"#;
+
+    /// The TaskRun as admitted, and its Pod as Tekton builds it (variables substituted).
+    fn admitted(spec: Value) -> (Value, Value) {
+        let set = policies(ALWAYS);
+        let taskrun = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1"}, "spec": spec});
+        let request = Request {
+            object: &taskrun,
+            namespace: "team-a",
+            dry_run: false,
+        };
+        let admitted = decide(request, &set, &Catalog::default()).object;
+        let steps = admitted["spec"]["taskSpec"]["steps"]
+            .as_array()
+            .unwrap()
+            .clone();
+        let containers: Vec<Value> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let mut c = tekton_container(s, i);
+                let text = serde_json::to_string(&c)
+                    .unwrap()
+                    .replace("$(context.taskRun.name)", "run-1");
+                c = serde_json::from_str(&text).unwrap();
+                c
+            })
+            .collect();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "run-1-pod", "namespace": "team-a", "labels": {"tekton.dev/taskRun": "run-1"}},
+            "spec": {"containers": containers}});
+        (admitted, pod)
+    }
+
+    fn check(pod: &Value, taskrun: &Value) -> Result<Vec<String>, Denial> {
+        check_pod(pod, taskrun, &policies(ALWAYS), &Catalog::default())
+    }
+
+    fn inline() -> Value {
+        json!({"taskSpec": {"steps": [{"name": "build", "image": "golang", "command": ["go", "build"]}]}})
+    }
+
+    #[test]
+    fn the_pod_tekton_builds_passes_and_every_tampering_is_named() {
+        let (taskrun, pod) = admitted(inline());
+        assert_eq!(check(&pod, &taskrun), Ok(Vec::new()));
+        // As a remote Task's TaskRun (no steps in the TaskRun): the shape check.
+        let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"taskRef": {"resolver": "git"}}});
+        assert_eq!(check(&pod, &remote), Ok(Vec::new()));
+        let tamper = |f: &dyn Fn(&mut Vec<Value>)| {
+            let mut p = pod.clone();
+            f(p["spec"]["containers"].as_array_mut().unwrap());
+            p
+        };
+        let cases: Vec<(&str, Value, &str)> = vec![
+            (
+                "image",
+                tamper(&|c| c[0]["image"] = json!("evil")),
+                "step-bookend-creds (ClusterStepPolicy/org) image",
+            ),
+            (
+                "env",
+                tamper(&|c| {
+                    c[0]["env"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "LD_PRELOAD", "value": "/x"}))
+                }),
+                "env[1]",
+            ),
+            (
+                "env value",
+                tamper(&|c| c[0]["env"][0]["value"] = json!("off")),
+                "env[0]",
+            ),
+            (
+                "argument",
+                tamper(&|c| {
+                    let a = c[0]["args"].as_array_mut().unwrap();
+                    let n = a.len();
+                    a[n - 1] = json!("run-1; evil");
+                }),
+                "args",
+            ),
+            (
+                "mount",
+                tamper(&|c| {
+                    c[3]["volumeMounts"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "w", "mountPath": "/usr/bin"}))
+                }),
+                "volumeMounts",
+            ),
+            (
+                "hardening",
+                tamper(&|c| {
+                    c[0].as_object_mut().unwrap().remove("securityContext");
+                }),
+                "securityContext",
+            ),
+            ("order", tamper(&|c| c.swap(0, 2)), ""),
+            (
+                "verdict",
+                tamper(&|c| {
+                    let n = c.len();
+                    let a = c[n - 1]["args"].as_array_mut().unwrap();
+                    let m = a.len();
+                    a[m - 1] = json!("exit 0");
+                }),
+                "bookend-verdict",
+            ),
+        ];
+        for (what, tampered, says) in cases {
+            for taskrun in [&taskrun, &remote] {
+                let err = check(&tampered, taskrun).unwrap_err();
+                assert!(err.message.contains(says), "{what}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_taskrun_whose_steps_are_not_bookends_gets_no_pod() {
+        // Admitted without bookend (the mutating webhook skipped, the TaskRun backstop off): its
+        // own forged org step, which the Pod carries by that name.
+        let (taskrun, pod) = admitted(inline());
+        let mut forged = taskrun.clone();
+        forged["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
+        let err = check(&pod, &forged).unwrap_err();
+        assert!(err.message.contains("not what bookend writes"), "{err}");
+    }
+}
