@@ -1122,3 +1122,30 @@ fn kubectl_kustomize_of_deploy_equals_helm_template() {
         }
     }
 }
+
+#[test]
+fn the_taskrun_backstop_can_be_left_out_and_the_pod_backstop_stays() {
+    let names = |args: &[&str]| -> Vec<String> {
+        webhooks(&render("bookend", "bookend-system", args))
+            .iter()
+            .map(|w| w["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let default = names(&[]);
+    assert!(
+        default.contains(&"taskruns.validate.bookend.dev".to_owned()),
+        "{default:?}"
+    );
+    let without = names(&["--set", "webhook.taskRunBackstop.enabled=false"]);
+    assert!(
+        !without.contains(&"taskruns.validate.bookend.dev".to_owned()),
+        "{without:?}"
+    );
+    for kept in [
+        "pods.validate.bookend.dev",
+        "policies.validate.bookend.dev",
+        "taskruns.mutate.bookend.dev",
+    ] {
+        assert!(without.contains(&kept.to_owned()), "{kept}: {without:?}");
+    }
+}
