@@ -95,8 +95,10 @@ const INJECTED: [&str; 4] = [
 fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
     let log = std::fs::read_to_string(&ctx.bookend_log).unwrap_or_default();
     let name = format!("object_name=\"{pod}\"");
+    // The CREATE (Tekton's later UPDATEs, such as its readiness annotation, are reviewed too).
     log.lines()
         .filter(|l| l.contains("endpoint=\"validate-pods\"") && l.contains(&name))
+        .filter(|l| !l.contains("operation=\"UPDATE\""))
         .filter_map(|l| l.split("outcome=\"").nth(1)?.split('"').next())
         .map(str::to_owned)
         .collect()

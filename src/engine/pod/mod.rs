@@ -981,6 +981,16 @@ spec:
     }
 
     #[test]
+    fn a_best_effort_step_of_the_authors_is_told_from_bookends_by_the_record() {
+        // `lint` was the author's `continue`, `build` bookend's: only the record tells which,
+        // and the composition checks what it says (found by the runtime suite).
+        let (taskrun, pod) = admitted(json!({"taskSpec": {"steps": [
+            {"name": "lint", "image": "golang", "command": ["lint"], "onError": "continue"},
+            {"name": "build", "image": "golang", "command": ["go", "build"]}]}}));
+        assert_eq!(check(&pod, &taskrun), Ok(Vec::new()));
+    }
+
+    #[test]
     fn a_taskrun_whose_steps_are_not_bookends_gets_no_pod() {
         // Admitted without bookend (the mutating webhook skipped, the TaskRun backstop off): its
         // own forged org step, which the Pod carries by that name.
