@@ -308,13 +308,18 @@ fn check_composed(
             .and_then(Value::as_array)
             .map_or(&[][..], Vec::as_slice),
     };
+    // The record only suggests which of the author's steps bookend set to `continue`; the
+    // composition decides.
+    let hint = view
+        .annotation(super::record::ANNOTATION)
+        .and_then(super::record::Record::parse);
     let recognised = recognise(
         taskrun_steps,
         policies,
         settings,
         ApiVersion::V1,
         &params,
-        None,
+        hint.as_ref(),
     )
     .map_err(|d| {
         format!(
