@@ -12,6 +12,8 @@
 //! (`apt-get install runc busybox-static`); `BOOKEND_SKIP_RUNTIME=1` skips it loudly.
 //! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes). See docs/testing.md.
 
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../e2e/kube.rs"]
 mod kube;
 #[path = "../e2e/tools.rs"]
@@ -39,9 +41,7 @@ use crate::runs::Env;
 use crate::scenarios::Ctx;
 use crate::tools::tools;
 
-pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use common::root;
 
 /// Pause between the attempts of `kube::poll`; shorter than the e2e suite's, as the injection
 /// cost table (timing.rs) learns through it when a run finished.
