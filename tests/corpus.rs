@@ -248,7 +248,14 @@ fn corpus_with_example_policies() {
     // stepTemplate over a StepAction step, which Tekton merges only when it builds the Pod, so
     // bookend cannot keep it from org steps (stepactions-steptemplate.yaml).
     let mut step_template_over_ref = 0;
+    let mut workspaces_outside = 0;
     for d in &denials {
+        // Workspaces mounted outside /workspace (the examples' /messages, /foo/bar/baz), which
+        // the example policies do not allow (`workspaceMounts: UnderWorkspace`, the default).
+        if d.contains("allows workspaces only under /workspace") {
+            workspaces_outside += 1;
+            continue;
+        }
         if d.contains("stepactions-steptemplate.yaml") {
             assert!(
                 d.contains("spec.taskSpec.stepTemplate: Tekton merges"),
@@ -263,6 +270,10 @@ fn corpus_with_example_policies() {
         );
     }
     assert_eq!(step_template_over_ref, 1);
+    assert!(
+        workspaces_outside > 0 && workspaces_outside <= 6,
+        "{workspaces_outside}"
+    );
 }
 
 /// For a taskRef TaskRun, the original steps are those of the inlined Task.

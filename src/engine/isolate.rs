@@ -20,9 +20,13 @@ use serde_json::Value;
 use super::Denial;
 use super::canonical::equivalent;
 use super::lookup::Lookup;
+use crate::patch;
 use crate::policy::validate::clean_path;
-use crate::policy::{Policy, Settings};
+use crate::policy::{Policy, Settings, WorkspaceMounts};
 use crate::tekton::{self, ApiVersion, TaskRunView, merge};
+
+/// Most bytes a stepTemplate may add when bookend writes it into every user step.
+pub const MAX_MATERIALISED_BYTES: usize = 1024 * 1024;
 
 /// The annotation that makes Tekton set `TEKTON_HERMETIC=1` on every step (alpha), which drops
 /// each step's network, org steps' included.
@@ -88,7 +92,7 @@ pub fn check_run_fields(
         }
     }
     if let Some(template) = spec.get("podTemplate").filter(|t| t.is_object()) {
-        check_pod_template(template, lookup.default_pod_template().as_ref())?;
+        check_pod_template(template, lookup.default_pod_template().as_ref(), prefix)?;
     }
     check_annotations(
         view.annotation(EXECUTION_MODE_ANNOTATION),
@@ -109,7 +113,11 @@ pub fn check_annotations(execution_mode: Option<&str>, path: &str) -> Result<(),
 
 /// `podTemplate` fields Tekton applies to every step container (env) or to the whole Pod (name
 /// resolution, network), allowed only as the platform's `default-pod-template` sets them.
-fn check_pod_template(template: &Value, default: Option<&Value>) -> Result<(), Denial> {
+fn check_pod_template(
+    template: &Value,
+    default: Option<&Value>,
+    prefix: &str,
+) -> Result<(), Denial> {
     let default_field = |key: &str| default.and_then(|d| d.get(key)).filter(|v| is_set(v));
     let default_env = list(default_field("env"));
     for (i, entry) in list(template.get("env")).iter().enumerate() {
@@ -141,6 +149,14 @@ fn check_pod_template(template: &Value, default: Option<&Value>) -> Result<(), D
             "hostNetwork",
             "puts every container, org steps included, on the node's network",
         ),
+        (
+            "runtimeClassName",
+            "chooses the container runtime every container, org steps included, runs under",
+        ),
+        (
+            "automountServiceAccountToken",
+            "decides whether every container, org steps included, gets the service account's token",
+        ),
     ] {
         let Some(value) = template.get(key).filter(|v| is_set(v)) else {
             continue;
@@ -155,54 +171,44 @@ fn check_pod_template(template: &Value, default: Option<&Value>) -> Result<(), D
             ),
         ));
     }
+    // Kernel parameters apply to the whole Pod and no step can set its own.
+    if let Some(sysctls) = template
+        .pointer("/securityContext/sysctls")
+        .filter(|v| is_set(v))
+        && !default
+            .and_then(|d| d.pointer("/securityContext/sysctls"))
+            .is_some_and(|d| equivalent(d, sysctls))
+    {
+        return Err(Denial::field(
+            "spec.podTemplate.securityContext.sysctls",
+            "kernel parameters apply to every container, org steps included, and no step can set its own; remove them (a platform that needs them sets them in Tekton's default-pod-template)",
+        ));
+    }
+    // bookend's volume names are the policies'.
+    for (i, volume) in list(template.get("volumes")).iter().enumerate() {
+        if let Some(name) = volume.get("name").and_then(Value::as_str)
+            && name.starts_with(prefix)
+        {
+            return Err(Denial::field(
+                format!("spec.podTemplate.volumes[{i}].name"),
+                format!("volume {name:?} uses bookend's reserved prefix; rename it"),
+            ));
+        }
+    }
     Ok(())
 }
 
 /// The taskSpec members that reach org steps: refuses a workspace mounted where org steps would
-/// run the author's files, and a stepTemplate bookend cannot write into the author's steps.
+/// run the author's files, the author's mounts of bookend's volumes and of Tekton's internal
+/// ones, and a stepTemplate bookend cannot write into the author's steps.
 pub fn check_task_spec(
     task_spec: &Value,
     user: &[Value],
     applied: &[&Policy],
+    settings: &Settings,
 ) -> Result<(), Denial> {
-    let protected = protected_directories(applied);
-    for (i, workspace) in list(task_spec.get("workspaces")).iter().enumerate() {
-        let Some(path) = workspace
-            .get("mountPath")
-            .and_then(Value::as_str)
-            .filter(|p| !p.is_empty())
-        else {
-            continue;
-        };
-        let field = format!("spec.taskSpec.workspaces[{i}].mountPath");
-        if path.contains("$(") {
-            return Err(Denial::field(
-                field,
-                format!(
-                    "{path:?}: Tekton mounts workspaces into every step, org steps included, so their mount path must be written out (no variables); leave mountPath out (/workspace/<name>) or write the path"
-                ),
-            ));
-        }
-        let clean = clean_path(path);
-        let top = clean
-            .trim_start_matches('/')
-            .split('/')
-            .next()
-            .unwrap_or("");
-        if clean == "/" || clean == "/workspace" || protected.contains(top) {
-            return Err(Denial::field(
-                field,
-                format!(
-                    "{path:?}: Tekton mounts workspaces into every step, org steps included, and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
-                    if clean == "/" {
-                        "/".to_owned()
-                    } else {
-                        format!("/{top}")
-                    }
-                ),
-            ));
-        }
-    }
+    check_workspaces(task_spec, applied)?;
+    check_mounts(task_spec, user, settings)?;
     if let Some(template) = task_spec.get("stepTemplate").filter(|t| is_set(t))
         && template.is_object()
         && let Some((i, step)) = user
@@ -223,6 +229,119 @@ pub fn check_task_spec(
     Ok(())
 }
 
+/// Workspaces: Tekton mounts each into every step at the path the Task chose, verbatim.
+fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial> {
+    let mode = applied
+        .iter()
+        .map(|p| p.spec.workspace_mounts)
+        .max()
+        .unwrap_or(WorkspaceMounts::Anywhere);
+    let protected = protected_directories(applied);
+    for (i, workspace) in list(task_spec.get("workspaces")).iter().enumerate() {
+        let Some(path) = workspace
+            .get("mountPath")
+            .and_then(Value::as_str)
+            .filter(|p| !p.is_empty())
+        else {
+            continue;
+        };
+        let field = format!("spec.taskSpec.workspaces[{i}].mountPath");
+        if path.contains("$(") {
+            return Err(Denial::field(
+                field,
+                format!(
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, so their mount path must be written out (no variables); leave mountPath out (/workspace/<name>) or write the path"
+                ),
+            ));
+        }
+        let clean = clean_path(path);
+        if mode == WorkspaceMounts::UnderWorkspace && !clean.starts_with("/workspace/") {
+            let strict = applied
+                .iter()
+                .find(|p| p.spec.workspace_mounts == WorkspaceMounts::UnderWorkspace)
+                .map(|p| p.id.to_string())
+                .unwrap_or_default();
+            return Err(Denial::field(
+                field,
+                format!(
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, where a workspace could replace what they run from, so {strict} allows workspaces only under /workspace; leave mountPath out (/workspace/<name>) or mount it under /workspace/"
+                ),
+            ));
+        }
+        let top = clean
+            .trim_start_matches('/')
+            .split('/')
+            .next()
+            .unwrap_or("");
+        if clean == "/" || clean == "/workspace" || protected.contains(top) {
+            return Err(Denial::field(
+                field,
+                format!(
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
+                    if clean == "/" {
+                        "/".to_owned()
+                    } else {
+                        format!("/{top}")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The author's steps, stepTemplate and sidecars may not mount bookend's volumes (the org's
+/// secrets, its scripts) nor Tekton's internal ones (a sidecar could rewrite an org step's
+/// script or forge the exit codes bookend's gates read: Tekton checks those only for steps).
+fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Result<(), Denial> {
+    let prefix = settings.prefix.as_str();
+    let mut holders: Vec<(String, &Value)> = user
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (format!("spec.taskSpec.steps[{i}]"), s))
+        .collect();
+    if let Some(t) = task_spec.get("stepTemplate") {
+        holders.push(("spec.taskSpec.stepTemplate".to_owned(), t));
+    }
+    for (i, sidecar) in list(task_spec.get("sidecars")).iter().enumerate() {
+        holders.push((format!("spec.taskSpec.sidecars[{i}]"), sidecar));
+    }
+    for (path, holder) in holders {
+        for key in ["volumeMounts", "volumeDevices"] {
+            for (j, mount) in list(holder.get(key)).iter().enumerate() {
+                let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+                let mount_path = mount
+                    .get("mountPath")
+                    .or_else(|| mount.get("devicePath"))
+                    .and_then(Value::as_str)
+                    .map(clean_path)
+                    .unwrap_or_default();
+                let internal = name.starts_with("tekton-internal-")
+                    || (mount_path == "/tekton" || mount_path.starts_with("/tekton/"))
+                        && mount_path != "/tekton/home"
+                        && !mount_path.starts_with("/tekton/home/");
+                if name.starts_with(prefix) {
+                    return Err(Denial::field(
+                        format!("{path}.{key}[{j}].name"),
+                        format!(
+                            "volume {name:?} is bookend's (the reserved prefix {prefix:?}): only the steps of the policy that brings it mount it; remove the mount"
+                        ),
+                    ));
+                }
+                if internal {
+                    return Err(Denial::field(
+                        format!("{path}.{key}[{j}]"),
+                        format!(
+                            "{name:?} at {mount_path:?} is one of Tekton's internal volumes, where the scripts and exit codes of every step are, org steps included; remove the mount"
+                        ),
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The author's steps with the taskSpec's stepTemplate written into each, as Tekton's merge
 /// would; `Ok(None)` when there is no stepTemplate to write. Where Tekton's own merge fails
 /// (its validation would refuse the TaskRun) or cannot be reproduced, a denial.
@@ -234,6 +353,18 @@ pub fn materialise_step_template(
     let Some(template) = task_spec.get("stepTemplate").filter(|t| t.is_object()) else {
         return Ok(None);
     };
+    // Written into each step, the template is repeated once per step: bound the result, which
+    // must fit what the API server stores anyway, before doing any of the work.
+    let written = patch::json_len(template).saturating_mul(user.len());
+    if written > MAX_MATERIALISED_BYTES {
+        return Err(Denial::field(
+            "spec.taskSpec.stepTemplate",
+            format!(
+                "written into each of the TaskRun's {} steps (so that org steps inherit nothing of it), the stepTemplate would add about {written} bytes, more than the {MAX_MATERIALISED_BYTES} bookend allows (etcd stores at most 1.5 MiB per object); move the template's fields into the steps that need them",
+                user.len()
+            ),
+        ));
+    }
     user.iter()
         .enumerate()
         .map(|(i, step)| {

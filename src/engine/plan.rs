@@ -369,7 +369,7 @@ pub(super) fn seal(
     let unchanged = recognised.in_place && materialised.is_none();
     let task_spec_checks = first.map(|_| {
         // Read of the user's own steps before they are composed (and moved).
-        isolate::check_task_spec(task_spec, &recognised.user, applied)
+        isolate::check_task_spec(task_spec, &recognised.user, applied, settings)
     });
     let user = materialised.unwrap_or(recognised.user);
 

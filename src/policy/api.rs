@@ -83,6 +83,13 @@ pub struct StepPolicySpec {
     /// admits them unchanged with a warning; Deny refuses them.
     #[serde(default)]
     pub remote_task_ref: RemoteTaskRefPolicy,
+    /// Where a TaskRun's Task may mount its workspaces. Tekton mounts every workspace into every
+    /// step, org steps included, at the path the Task chose, so a workspace over a directory an
+    /// org step runs from replaces its programs. UnderWorkspace (the default): only under
+    /// /workspace (Tekton's default place). Anywhere: anywhere but system directories and the
+    /// directories the policies' steps run from. The strictest applied policy decides.
+    #[serde(default, skip_serializing_if = "WorkspaceMounts::is_default")]
+    pub workspace_mounts: WorkspaceMounts,
 }
 
 fn default_priority() -> i32 {
@@ -102,6 +109,7 @@ impl Default for StepPolicySpec {
             volumes: Vec::new(),
             task_ref: TaskRefPolicy::default(),
             remote_task_ref: RemoteTaskRefPolicy::default(),
+            workspace_mounts: WorkspaceMounts::default(),
         }
     }
 }
@@ -178,6 +186,24 @@ pub enum TaskRefPolicy {
     Inline,
     Skip,
     Deny,
+}
+
+/// Where a TaskRun's Task may mount its workspaces.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum WorkspaceMounts {
+    /// Anywhere but system directories and those the policies' steps run from.
+    Anywhere,
+    /// Only under /workspace.
+    #[default]
+    UnderWorkspace,
+}
+
+impl WorkspaceMounts {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// What to do with TaskRuns whose Task is resolved remotely.

@@ -18,7 +18,10 @@ use std::fmt;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-pub use api::{Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec, TaskRefPolicy};
+pub use api::{
+    Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec, TaskRefPolicy,
+    WorkspaceMounts,
+};
 use select::{Criterion, Matcher, Subject};
 pub use set::PolicySet;
 

@@ -580,6 +580,14 @@ impl Ctx {
     }
 }
 
+fn scenario_attack_classes(ctx: &mut Ctx) -> String {
+    crate::attacks::scenario(
+        &ctx.cluster.kubectl,
+        &example("examples/policies"),
+        &ctx.work,
+    )
+}
+
 fn scenario_dry_run(ctx: &mut Ctx) -> String {
     let (out, object) = create_example(&ctx.cluster, &["create", "--dry-run=server"], "build.yaml");
     assert!(
@@ -2490,7 +2498,11 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 20] = [
+    let scenarios: [(&str, Scenario); 21] = [
+        (
+            "attack classes of tests/security: every case's answer and invariant",
+            scenario_attack_classes,
+        ),
         (
             "dry-run shows steps and warnings, stores nothing",
             scenario_dry_run,

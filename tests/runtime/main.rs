@@ -10,8 +10,16 @@
 //!
 //! `cargo test --test runtime -- --nocapture`. Needs root, runc and a static busybox
 //! (`apt-get install runc busybox-static`); `BOOKEND_SKIP_RUNTIME=1` skips it loudly.
-//! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes). See docs/testing.md.
+//! `BOOKEND_RUNTIME_KEEP=1` keeps the work directory (logs, Pod volumes);
+//! `BOOKEND_RUNTIME_SCENARIOS=2,12` runs only those scenarios. See docs/testing.md.
 
+// The attack classes of tests/security; this suite runs the taskRef class's forms.
+#[allow(dead_code)]
+#[path = "../security/cases.rs"]
+mod cases;
+#[allow(dead_code)]
+#[path = "../security/classes/mod.rs"]
+mod classes;
 #[path = "../common/mod.rs"]
 mod common;
 #[path = "../e2e/kube.rs"]
@@ -25,6 +33,7 @@ mod prereqs;
 mod remote;
 mod runs;
 mod scenarios;
+mod sealed;
 mod timing;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -170,6 +179,16 @@ fn webhook_configurations(port: u16, ca_b64: &str) -> Vec<Value> {
     configurations
 }
 
+/// Every scenario's policies.
+fn all_policies() -> Vec<Value> {
+    [
+        scenarios::policies(),
+        remote::policies(),
+        sealed::policies(),
+    ]
+    .concat()
+}
+
 /// bookend: its CRDs, the test policies, `bookend serve --source kubernetes`, and deploy/'s
 /// webhook configurations pointed at it (returned as registered).
 fn start_bookend(
@@ -188,7 +207,7 @@ fn start_bookend(
             .get(&["clustersteppolicies.v1alpha1.bookend.dev"])
             .map(|_| ())
     });
-    for policy in scenarios::policies().into_iter().chain(remote::policies()) {
+    for policy in all_policies() {
         kubectl.apply(&policy);
     }
     let port = free_port();
@@ -229,6 +248,33 @@ fn start_bookend(
             Err(format!("first step {first}"))
         }
     });
+    // Every test policy is loaded: one bookend left out (a hazard, a clash) would fail its
+    // scenario far from the cause, with a step missing.
+    let wanted: Vec<String> = all_policies()
+        .iter()
+        .map(|p| p["metadata"]["name"].as_str().expect("a name").to_owned())
+        .collect();
+    poll("the test policies Ready", Duration::from_secs(30), || {
+        let list = kubectl.get(&["clustersteppolicies"])?;
+        for name in &wanted {
+            let ready = list["items"]
+                .as_array()
+                .and_then(|items| items.iter().find(|p| p["metadata"]["name"] == *name))
+                .and_then(|p| p["status"]["conditions"].as_array())
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .cloned()
+                .unwrap_or(Value::Null);
+            match ready["status"].as_str() {
+                Some("True") => {}
+                Some("False") => panic!(
+                    "bookend left out the test policy {name}: {} {}",
+                    ready["reason"], ready["message"]
+                ),
+                _ => return Err(format!("{name}: no Ready condition yet")),
+            }
+        }
+        Ok(())
+    });
     (bookend, configurations)
 }
 
@@ -254,6 +300,7 @@ fn injected_taskruns_run() {
     for ns in scenarios::NAMESPACES
         .into_iter()
         .chain([remote::REMOTE, remote::CATALOG])
+        .chain(sealed::NAMESPACES)
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -327,7 +374,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 11] = [
+    let list: [(&str, Scenario); 15] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -366,9 +413,34 @@ fn injected_taskruns_run() {
             "11 remote Task without the dry-run mutation: the Pod backstop fails the TaskRun",
             remote::scenario_remote_backstop,
         ),
+        (
+            "12 hostile stepTemplate: org steps run as defined, the author's step gets it",
+            sealed::scenario_hostile_step_template,
+        ),
+        (
+            "13 step names of 59, 62, 63 characters under an Always policy",
+            sealed::scenario_long_step_names,
+        ),
+        (
+            "14 every local taskRef form runs the local Task, with and without bookend",
+            sealed::scenario_task_ref_forms,
+        ),
+        (
+            "15 Pod Security restricted: bookend's helper steps get no securityContext",
+            sealed::scenario_restricted,
+        ),
     ];
+    // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
+    // skips the injection cost measurement.
+    let only: Option<Vec<String>> = std::env::var("BOOKEND_RUNTIME_SCENARIOS")
+        .ok()
+        .map(|v| v.split(',').map(|n| n.trim().to_owned()).collect());
+    let chosen = |name: &str| {
+        only.as_ref()
+            .is_none_or(|o| o.iter().any(|n| name.split(' ').next() == Some(n.as_str())))
+    };
     let mut summary = Vec::new();
-    for (name, scenario) in list {
+    for (name, scenario) in list.into_iter().filter(|(n, _)| chosen(n)) {
         // A dead daemon would make every later wait time out: stop at once instead.
         for daemon in [
             &mut controller,
@@ -382,8 +454,14 @@ fn injected_taskruns_run() {
         summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 
-    let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
-    clock.done("injection cost: the same TaskRuns with and without bookend");
+    let measured = if only.is_some() {
+        println!("BOOKEND_RUNTIME_SCENARIOS is set: injection cost not measured");
+        Ok(String::new())
+    } else {
+        let measured = catch_unwind(AssertUnwindSafe(|| timing::measure(&ctx.env)));
+        clock.done("injection cost: the same TaskRuns with and without bookend");
+        measured
+    };
 
     println!("\n=== runtime suite: summary ===");
     for (_, line) in &summary {

@@ -128,6 +128,15 @@ impl Finished {
             .collect()
     }
 
+    /// A file the steps wrote to /tekton/home (empty when there is none).
+    pub fn home_file(&self, env: &Env, name: &str) -> String {
+        let path = self
+            .pod_dir(env)
+            .join("volumes/tekton-internal-home")
+            .join(name);
+        std::fs::read_to_string(path).unwrap_or_default()
+    }
+
     /// What a step's container printed (the entrypoint's own messages included).
     pub fn log(&self, env: &Env, step: &str) -> String {
         let path = self

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use crate::kube::{cluster_policy, poll};
 use crate::node::BUSYBOX;
+use crate::remote;
 use crate::runs::{
     Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, condition,
     script_step, step, taskrun,
@@ -70,11 +71,17 @@ pub fn policies() -> Vec<Value> {
                              "selector": {"matchLabels": {PREFAIL_LABEL: "true"}}},
                    "preSteps": [step("bookend-prefail", "exit 7")]}),
         ),
-        // Scenario 4: a pre-step that is a StepAction reference.
+        // Scenario 4: a pre-step that is a StepAction from a namespace the platform controls,
+        // through the cluster resolver (a ClusterStepPolicy may not name one in the TaskRun's
+        // namespace: docs/policy.md, "Where an org step's StepAction comes from").
         cluster_policy(
             "rt-stepaction",
             json!({"match": {"namespaces": [STEPACTION]},
-                   "preSteps": [{"name": "bookend-via-action", "ref": {"name": "rt-append"},
+                   "preSteps": [{"name": "bookend-via-action",
+                                 "ref": {"resolver": "cluster", "params": [
+                                     {"name": "kind", "value": "stepaction"},
+                                     {"name": "name", "value": "rt-append"},
+                                     {"name": "namespace", "value": remote::CATALOG}]},
                                  "params": [{"name": "word", "value": "pre"}]}]}),
         ),
         // Scenario 6: a pre-step with computeResources (`resources` in a v1beta1 TaskRun).
@@ -95,12 +102,15 @@ pub fn policies() -> Vec<Value> {
             json!({"match": {"namespaces": [DENY]}, "taskRef": "Deny",
                    "preSteps": [step("bookend-deny-pre", "")]}),
         ),
-        // Scenario 8: a pre-step that seeds the TaskRun's workspace.
+        // Scenario 8: a pre-step that seeds the TaskRun's workspace, whose path comes through
+        // env (in the script it would be the author's text: docs/policy.md, "Author-controlled
+        // variables in an org step's code").
         cluster_policy(
             "rt-seed",
             json!({"match": {"namespaces": [WORKSPACE]},
-                   "preSteps": [step("bookend-seed",
-                       "echo \"seeded by $TEMPLATE_VAR\" > $(workspaces.source.path)/seed")]}),
+                   "preSteps": [with(step("bookend-seed",
+                       "echo \"seeded, TEMPLATE_VAR=${TEMPLATE_VAR:-unset}\" > \"$SEED_DIR/seed\""),
+                       json!({"env": [{"name": "SEED_DIR", "value": "$(workspaces.source.path)"}]}))]}),
         ),
     ]
 }
@@ -245,15 +255,16 @@ pub fn scenario_always(ctx: &mut Ctx) -> String {
     });
     let mut param_continue = taskrun(ALWAYS, "param-continue", param_spec.clone());
     param_continue["spec"]["params"] = json!([{"name": "mode", "value": "continue"}]);
-    // The same failing TaskRun with every step running as an unprivileged user (as with Tekton's
-    // set-security-context, or a restricted namespace): the gates read and write Tekton's files
-    // as that user too.
-    let mut nonroot_spec = two("exit 3");
-    nonroot_spec["stepTemplate"] =
+    // The same failing TaskRun with every step running as an unprivileged user (the Pod's
+    // securityContext, as a restricted namespace's podTemplate sets it): the gates read and
+    // write Tekton's files as that user too. (A stepTemplate would reach the author's steps
+    // only: bookend writes it into them and removes it.)
+    let mut nonroot = taskrun(ALWAYS, "fail-build-nonroot", two("exit 3"));
+    nonroot["spec"]["podTemplate"] =
         json!({"securityContext": {"runAsUser": 1000, "runAsGroup": 1000}});
     let runs = ctx.env.run_all(&[
         taskrun(ALWAYS, "fail-build", two("exit 3")),
-        taskrun(ALWAYS, "fail-build-nonroot", nonroot_spec),
+        nonroot,
         taskrun(ALWAYS, "all-pass", two("")),
         prefail,
         taskrun(
@@ -512,7 +523,7 @@ pub fn scenario_step_action(ctx: &mut Ctx) -> String {
     ctx.env.kubectl.apply(&json!({
         "apiVersion": "tekton.dev/v1beta1",
         "kind": "StepAction",
-        "metadata": {"name": "rt-append", "namespace": STEPACTION},
+        "metadata": {"name": "rt-append", "namespace": remote::CATALOG},
         "spec": {
             "image": BUSYBOX,
             "params": [{"name": "word", "type": "string"}],
@@ -530,7 +541,9 @@ pub fn scenario_step_action(ctx: &mut Ctx) -> String {
     assert_condition(env, &run, s, r, m);
     assert_steps(env, &run, &completed(&["bookend-via-action", "build"]));
     assert_trace(env, &run, &["stepaction-pre", "build"]);
-    "the StepAction pre-step ran with its param (stepaction-pre), then build".to_owned()
+    "the StepAction pre-step (cluster resolver, the catalog namespace) ran with its param \
+     (stepaction-pre), then build"
+        .to_owned()
 }
 
 pub fn scenario_task_ref(ctx: &mut Ctx) -> String {
@@ -781,29 +794,37 @@ pub fn scenario_workspace(ctx: &mut Ctx) -> String {
     let (s, r, m) = SUCCEEDED;
     assert_condition(env, &run, s, r, m);
     assert_steps(env, &run, &completed(&["bookend-seed", "read"]));
-    // The pre-step wrote the workspace (with the stepTemplate's env, which Tekton merges into
-    // injected steps too); the user step read it.
+    // The pre-step wrote the workspace; the user step read it. The stepTemplate reached the
+    // user's step only: bookend wrote it into the author's steps and removed it, so the org
+    // step ran without its env (and without its requests).
     assert_trace(
         env,
         &run,
         &[
             "bookend-seed",
-            "read seeded by from-template, from-template",
+            "read seeded, TEMPLATE_VAR=unset, from-template",
         ],
     );
     let pod = run.pod(env);
-    for container in ["step-bookend-seed", "step-read"] {
-        let c = pod["spec"]["containers"]
+    let requests = |container: &str| {
+        pod["spec"]["containers"]
             .as_array()
             .and_then(|cs| cs.iter().find(|c| c["name"] == container))
-            .unwrap_or_else(|| panic!("no container {container}"));
-        assert_eq!(
-            c["resources"]["requests"],
-            json!({"cpu": "5m", "memory": "8Mi"}),
-            "{container}: the stepTemplate's computeResources"
-        );
-    }
-    "pre-step seeded the emptyDir workspace; stepTemplate env and requests reach both steps"
+            .unwrap_or_else(|| panic!("no container {container}"))["resources"]["requests"]
+            .clone()
+    };
+    assert_eq!(
+        requests("step-read"),
+        json!({"cpu": "5m", "memory": "8Mi"}),
+        "step-read: the stepTemplate's computeResources"
+    );
+    assert_eq!(
+        requests("step-bookend-seed"),
+        Value::Null,
+        "step-bookend-seed: nothing of the stepTemplate"
+    );
+    "pre-step seeded the emptyDir workspace (its path through env); stepTemplate env and \
+     requests reach the user's step only"
         .to_owned()
 }
 

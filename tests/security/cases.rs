@@ -6,7 +6,8 @@ use serde_json::{Value, json};
 
 /// The org's policies (credentials first; an SBOM and its upload last, even after a failure),
 /// a team's StepPolicy in `team-a`, and policies that refuse or skip referenced Tasks in their
-/// own namespaces.
+/// own namespaces, and one that lets Tasks mount workspaces anywhere but over system
+/// directories and its steps' own (in namespace `open`).
 pub const POLICIES: &str = r#"
 apiVersion: bookend.dev/v1alpha1
 kind: ClusterStepPolicy
@@ -68,6 +69,14 @@ spec:
   match: {namespaces: ["skip"]}
   taskRef: Skip
   preSteps: [{name: bookend-skip-pre, image: registry.example/skip:1, command: ["/skip"]}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: open-workspaces}
+spec:
+  match: {namespaces: ["open"]}
+  workspaceMounts: Anywhere
+  preSteps: [{name: bookend-open, image: registry.example/tool:1, command: ["/opt/tool/run"]}]
 "#;
 
 /// Tasks in the namespaces the cases use (one signed).

@@ -235,6 +235,23 @@ fn workspaces() -> impl Strategy<Value = Option<Value>> {
         Just(json!([{"name": "src", "mountPath": "/bookend"}])),
         Just(json!([{"name": "src", "mountPath": "/messages"}])),
         Just(json!([{"name": "src", "mountPath": "$(params.p)"}])),
+        Just(json!([{"name": "src", "mountPath": "/go"}])),
+        Just(json!([{"name": "src", "mountPath": "/workspace/src"}])),
+    ])
+}
+
+fn sidecars() -> impl Strategy<Value = Option<Value>> {
+    prop::option::of(prop_oneof![
+        Just(json!([{"name": "db", "image": "postgres"}])),
+        Just(
+            json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "bookend-creds-vol", "mountPath": "/x"}]}])
+        ),
+        Just(
+            json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "tekton-internal-scripts", "mountPath": "/x"}]}])
+        ),
+        Just(
+            json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "w", "mountPath": "/tekton/run/0"}]}])
+        ),
     ])
 }
 
@@ -284,16 +301,16 @@ struct Attack {
 
 fn attack() -> impl Strategy<Value = Attack> {
     (
-        prop_oneof![4 => Just("team-a"), 1 => Just("team-b"), 1 => Just("strict"), 1 => Just("skip"), 1 => Just("elsewhere")],
+        prop_oneof![4 => Just("team-a"), 1 => Just("team-b"), 1 => Just("strict"), 1 => Just("skip"), 1 => Just("open"), 1 => Just("elsewhere")],
         any::<bool>(),
         prop::collection::vec(step(), 0..6),
         step_template(),
         run_fields(),
         annotations(),
         task_ref(),
-        (workspaces(), volumes(), tamper(), 0usize..3),
+        (workspaces(), volumes(), tamper(), 0usize..3, sidecars()),
     )
-        .prop_map(|(namespace, v1beta1, steps, template, fields, annotations, task_ref, (workspaces, volumes, tamper, big))| {
+        .prop_map(|(namespace, v1beta1, steps, template, fields, annotations, task_ref, (workspaces, volumes, tamper, big, sidecars))| {
             let mut steps = steps;
             // Sizes: a long list of ordinary steps now and then.
             for i in 0..(big * big * 40) {
@@ -308,6 +325,9 @@ fn attack() -> impl Strategy<Value = Attack> {
             }
             if let Some(v) = volumes {
                 task_spec["volumes"] = v;
+            }
+            if let Some(s) = sidecars {
+                task_spec["sidecars"] = s;
             }
             let mut spec = Map::new();
             match task_ref {

@@ -12,8 +12,10 @@ mod cases;
 mod classes;
 #[path = "../common/mod.rs"]
 mod common;
+mod cost;
 mod invariant;
 mod oracle;
+mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};
 use bookend::policy::PolicySet;
@@ -63,4 +65,36 @@ fn every_class_case_gets_its_expected_answer_and_keeps_the_invariant() {
         checked += 1;
     }
     assert!(checked >= 40, "{checked} cases");
+}
+
+/// bookend's own output with the org step's hardening dropped: `false` for a pointer is not its
+/// absence (the comparison once took it for one).
+#[test]
+fn an_org_step_without_its_hardening_is_not_the_org_step() {
+    let (set, catalog) = (policies(), catalog());
+    let admitted = decide(
+        &cases::inline(serde_json::json!([cases::build_step()])),
+        "team-a",
+        &set,
+        &catalog,
+    )
+    .object;
+    let mut tampered = admitted.clone();
+    assert_eq!(
+        tampered["spec"]["taskSpec"]["steps"][0]["name"],
+        "bookend-creds"
+    );
+    tampered["spec"]["taskSpec"]["steps"][0]["securityContext"] =
+        serde_json::json!({"runAsNonRoot": true});
+    let d = decide(&tampered, "team-a", &set, &catalog);
+    assert_eq!(d.outcome, bookend::engine::Outcome::Denied, "{:?}", d.patch);
+    assert!(
+        d.message
+            .unwrap()
+            .contains("step \"bookend-creds\" differs")
+    );
+    assert_eq!(
+        decide(&admitted, "team-a", &set, &catalog).outcome,
+        bookend::engine::Outcome::Allowed
+    );
 }

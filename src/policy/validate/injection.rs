@@ -9,8 +9,11 @@
 //! step through `env` (`env: [{name: URL, value: "$(params.url)"}]`, then `"$URL"` in the
 //! script), where they stay data.
 //!
-//! Checked: `script`; the script after `-c` when `command` (with `args`) runs a shell; `image`,
-//! `command[0]` and `workingDir`, which choose what runs.
+//! Checked: `script`; in `command` + `args`, read past wrappers (`env`, `timeout`, `nice`,
+//! `busybox`, …), the program, the inline code of a shell (`-c`) or an interpreter (`python -c`,
+//! `node -e`, `perl -e`, `ruby -e`, `php -r`, an `awk` program), and the script file a shell or
+//! interpreter runs; `image`, `workingDir`, `when` and `onError`, which choose what runs, where,
+//! whether, and whether its failure counts. Other arguments are data to the program.
 
 use std::collections::BTreeSet;
 
@@ -28,21 +31,33 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
         report(Place::Script, &at.field("script"), script, own_steps, errs);
     }
     let command = step.command.as_deref().unwrap_or_default();
-    if !command.is_empty() {
-        let args = step.args.as_deref().unwrap_or_default();
-        let argv: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
-        if let Some(i) = shell_script_index(&argv) {
-            let path = if i < command.len() {
-                at.field_index("command", i)
-            } else {
-                at.field_index("args", i - command.len())
-            };
-            report(Place::ShellArg, &path, argv[i], own_steps, errs);
+    let args = step.args.as_deref().unwrap_or_default();
+    let argv: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
+    let path_of = |i: usize| {
+        if i < command.len() {
+            at.field_index("command", i)
+        } else {
+            at.field_index("args", i - command.len())
         }
+    };
+    for (i, place) in code_positions(&argv, !command.is_empty()) {
+        report(place, &path_of(i), argv[i], own_steps, errs);
+    }
+    for (i, when) in step.when.iter().flatten().enumerate() {
+        let text = serde_json::to_string(when).unwrap_or_default();
         report(
-            Place::Program,
-            &at.field_index("command", 0),
-            &command[0],
+            Place::When,
+            &at.field_index("when", i),
+            &text,
+            own_steps,
+            errs,
+        );
+    }
+    if let Some(on_error) = &step.on_error {
+        report(
+            Place::OnError,
+            &at.field("onError"),
+            on_error,
             own_steps,
             errs,
         );
@@ -61,14 +76,96 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
     }
 }
 
+/// An org step must not run code from a volume whose content Kubernetes takes from the
+/// TaskRun's namespace (a ConfigMap, a Secret, a PersistentVolumeClaim, a projection of
+/// them), where the TaskRun's author can write it: its program, the script file a shell or
+/// interpreter runs, or its working directory's programs.
+pub(super) fn check_code_from_namespace(
+    step: &Step,
+    volumes: &[k8s_openapi::api::core::v1::Volume],
+    at: &FieldPath,
+    errs: &mut Errors,
+) {
+    let source = |v: &k8s_openapi::api::core::v1::Volume| -> Option<&'static str> {
+        if v.config_map.is_some() {
+            Some("a ConfigMap")
+        } else if v.secret.is_some() {
+            Some("a Secret")
+        } else if v.persistent_volume_claim.is_some() {
+            Some("a PersistentVolumeClaim")
+        } else if v.projected.as_ref().is_some_and(|p| {
+            p.sources
+                .iter()
+                .flatten()
+                .any(|s| s.config_map.is_some() || s.secret.is_some())
+        }) {
+            Some("a projection of ConfigMaps or Secrets")
+        } else {
+            None
+        }
+    };
+    let mounts: Vec<(&str, &str, &'static str)> = step
+        .volume_mounts
+        .iter()
+        .flatten()
+        .filter_map(|m| {
+            let volume = volumes.iter().find(|v| v.name == m.name)?;
+            Some((m.mount_path.as_str(), m.name.as_str(), source(volume)?))
+        })
+        .collect();
+    if mounts.is_empty() {
+        return;
+    }
+    let command = step.command.as_deref().unwrap_or_default();
+    let args = step.args.as_deref().unwrap_or_default();
+    let argv: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
+    let under = |path: &str| {
+        mounts.iter().find(|(mount, _, _)| {
+            let mount = mount.trim_end_matches('/');
+            path == mount || path.starts_with(&format!("{mount}/"))
+        })
+    };
+    let mut places: Vec<(FieldPath, &str)> = code_positions(&argv, !command.is_empty())
+        .into_iter()
+        .filter(|(_, place)| matches!(place, Place::Program | Place::ScriptFile))
+        .map(|(i, _)| {
+            let path = if i < command.len() {
+                at.field_index("command", i)
+            } else {
+                at.field_index("args", i - command.len())
+            };
+            (path, argv[i])
+        })
+        .collect();
+    if let Some(dir) = &step.working_dir {
+        places.push((at.field("workingDir"), dir.as_str()));
+    }
+    for (path, text) in places {
+        if let Some((_, name, what)) = under(text) {
+            errs.add(
+                &path,
+                format!(
+                    "{text:?} is in volume {name:?}, {what} that Kubernetes reads from the TaskRun's namespace, where the TaskRun's author can write it, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep namespace volumes for data"
+                ),
+            );
+        }
+    }
+}
+
 /// Where a variable was found, which decides the message.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Place {
     Script,
     ShellArg,
+    /// Inline code of an interpreter (`python -c`, `node -e`, …).
+    InlineCode,
+    /// The script file a shell or interpreter runs.
+    ScriptFile,
     Program,
     Image,
     WorkingDir,
+    When,
+    OnError,
 }
 
 fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, errs: &mut Errors) {
@@ -97,8 +194,20 @@ fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, 
                 "the shell's -c script"
             }
         ),
+        Place::InlineCode => format!(
+            "the interpreter's inline code uses {list}, which the TaskRun's author controls: Tekton pastes the value into the code before it runs, so the author could run their own code in this org step; pass it through env instead: {via_env}, and read it from the environment in the code"
+        ),
+        Place::ScriptFile => format!(
+            "the script this step runs is named by {list}, which the TaskRun's author controls, so the author would choose the code this org step runs; name a script of the image or of a policy volume literally"
+        ),
         Place::Program => format!(
-            "command[0] uses {list}, which the TaskRun's author controls, so the author would choose the program this org step runs; write the program literally, and pass values it needs through env ({via_env})"
+            "the program uses {list}, which the TaskRun's author controls, so the author would choose the program this org step runs; write the program literally, and pass values it needs through env ({via_env})"
+        ),
+        Place::When => format!(
+            "when uses {list}, which the TaskRun's author controls, so the author would decide whether this org step runs; org steps run unconditionally (or on conditions of the policy's own steps' results)"
+        ),
+        Place::OnError => format!(
+            "onError uses {list}, which the TaskRun's author controls, so the author would decide whether this org step's failure counts; write onError literally"
         ),
         Place::Image => format!(
             "image uses {list}, which the TaskRun's author controls, so the author would choose the image this org step runs; write the image literally"
@@ -114,6 +223,8 @@ fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, 
 /// chooses. Not: `context.*`, `results.*`, `step.*`, `credentials.path`, a step's
 /// `exitCode.path`, the policy's own steps' results, and a shell's own `$(command)`.
 fn author_controlled(r: &str, own_steps: &BTreeSet<&str>) -> bool {
+    // Tekton still substitutes v1beta1's `inputs.params.x` (`ApplyReplacements`).
+    let r = r.strip_prefix("inputs.").unwrap_or(r);
     if let Some(rest) = r.strip_prefix("params") {
         return rest.starts_with('.') || rest.starts_with('[');
     }
@@ -155,59 +266,154 @@ fn env_name(r: &str) -> String {
     }
 }
 
-/// Index in `argv` (`command` then `args`) of the script a shell runs with `-c`, if `argv`
-/// runs a shell that way: `sh -c S`, `/bin/bash -euo pipefail -c S`, `sh -ec S`,
-/// `env [-i] [-u NAME] [VAR=value] sh -c S`, `busybox sh -c S`.
-fn shell_script_index(argv: &[&str]) -> Option<usize> {
-    let program = |s: &str| s.rsplit('/').next().unwrap_or(s).to_owned();
+/// Programs that run the program named after them (with their own options first).
+const WRAPPERS: &[&str] = &[
+    "env",
+    "busybox",
+    "timeout",
+    "nice",
+    "nohup",
+    "exec",
+    "stdbuf",
+    "ionice",
+    "setsid",
+    "time",
+    "chrt",
+    "taskset",
+    "sudo",
+    "doas",
+    "unbuffer",
+    "tini",
+    "dumb-init",
+    "catatonit",
+];
+
+/// Interpreters and the option that takes inline code.
+const INTERPRETERS: &[(&str, &[&str])] = &[
+    ("python", &["-c"]),
+    ("python2", &["-c"]),
+    ("python3", &["-c"]),
+    ("node", &["-e", "--eval", "-p", "--print"]),
+    ("nodejs", &["-e", "--eval", "-p", "--print"]),
+    ("deno", &["eval"]),
+    ("perl", &["-e", "-E"]),
+    ("ruby", &["-e"]),
+    ("php", &["-r"]),
+    ("lua", &["-e"]),
+    ("pwsh", &["-c", "-Command", "-command"]),
+    ("powershell", &["-c", "-Command", "-command"]),
+    ("tclsh", &[]),
+    ("awk", &[]),
+    ("gawk", &[]),
+    ("mawk", &[]),
+];
+
+/// Where in `argv` (`command` then `args`) code is chosen: the program (after any wrappers;
+/// only when the step sets `command`, else the image's entrypoint runs `args`), the inline code
+/// of a shell (`-c`) or interpreter, and the script file a shell or interpreter runs.
+fn code_positions(argv: &[&str], has_command: bool) -> Vec<(usize, Place)> {
+    let base = |s: &str| {
+        let name = s.rsplit('/').next().unwrap_or(s);
+        // python3.12 → python3
+        name.trim_end_matches(|c: char| c.is_ascii_digit() || c == '.')
+            .to_owned()
+            + if name.starts_with("python3") { "3" } else { "" }
+    };
+    let mut out = Vec::new();
+    if !has_command {
+        return out;
+    }
     let mut i = 0;
-    // Wrappers that run the program named after them.
+    // Wrappers: each is a program too, then the program it runs.
     loop {
-        match program(argv.get(i)?).as_str() {
-            "env" => {
-                i += 1;
-                while let Some(a) = argv.get(i) {
-                    match *a {
-                        "-u" | "--unset" | "-C" | "--chdir" => i += 2,
-                        "--" => {
-                            i += 1;
-                            break;
-                        }
-                        a if a.starts_with('-') || a.contains('=') => i += 1,
-                        _ => break,
-                    }
+        let Some(program) = argv.get(i) else {
+            return out;
+        };
+        out.push((i, Place::Program));
+        let name = base(program);
+        if !WRAPPERS.contains(&name.as_str()) {
+            break;
+        }
+        i += 1;
+        // Skip the wrapper's options and, for timeout/nice/… their operands before the program.
+        while let Some(a) = argv.get(i) {
+            match *a {
+                "--" => {
+                    i += 1;
+                    break;
                 }
+                "-u" | "--unset" | "-C" | "--chdir" | "-n" | "-s" | "-k" | "--signal"
+                | "--kill-after" | "-c" | "-p" | "-i" | "-o" | "-e" => i += 2,
+                a if a.starts_with('-') || a.contains('=') => i += 1,
+                // timeout's DURATION.
+                a if name == "timeout" && a.chars().next().is_some_and(|c| c.is_ascii_digit()) => {
+                    i += 1
+                }
+                _ => break,
             }
-            "busybox" => i += 1,
-            _ => break,
         }
     }
-    if !SHELLS.contains(&program(argv.get(i)?).as_str()) {
-        return None;
+    let program = base(argv[i]);
+    let shell = SHELLS.contains(&program.as_str());
+    let interpreter = INTERPRETERS.iter().find(|(p, _)| *p == program);
+    if !shell && interpreter.is_none() {
+        return out;
     }
     i += 1;
-    let mut dash_c = false;
+    let inline_flags: &[&str] = interpreter.map_or(&[], |(_, f)| *f);
+    let awk_like = matches!(program.as_str(), "awk" | "gawk" | "mawk" | "tclsh");
+    let mut inline = false;
     while let Some(a) = argv.get(i) {
         match *a {
             "--" => {
                 i += 1;
                 break;
             }
+            a if inline_flags.contains(&a) => {
+                inline = true;
+                i += 1;
+                break;
+            }
             // Options that take the next argument.
-            "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file" => i += 2,
+            "-o" | "+o" | "-O" | "+O" | "--rcfile" | "--init-file" | "-f" | "-v" | "-F" | "-m"
+            | "-W" | "-I" | "-r" | "--require" => {
+                if awk_like && *a == "-f" {
+                    // awk -f FILE: the script file.
+                    if argv.get(i + 1).is_some() {
+                        out.push((i + 1, Place::ScriptFile));
+                    }
+                    return out;
+                }
+                i += 2
+            }
             a if a.starts_with("--") => i += 1,
             a if a.len() > 1 && (a.starts_with('-') || a.starts_with('+')) => {
                 let flags = &a[1..];
-                if a.starts_with('-') && flags.contains('c') {
-                    dash_c = true;
+                if shell && a.starts_with('-') && flags.contains('c') {
+                    inline = true;
                 }
                 // `-eo pipefail`: a cluster ending in o/O takes the next argument too.
-                i += if flags.ends_with(['o', 'O']) { 2 } else { 1 };
+                i += if shell && flags.ends_with(['o', 'O']) {
+                    2
+                } else {
+                    1
+                };
+                if inline && !shell {
+                    break;
+                }
             }
             _ => break,
         }
     }
-    (dash_c && i < argv.len()).then_some(i)
+    if i < argv.len() {
+        let place = match (shell, inline || awk_like) {
+            (true, true) => Place::ShellArg,
+            (false, true) => Place::InlineCode,
+            (_, false) => Place::ScriptFile,
+        };
+        out.push((i, place));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -342,6 +548,168 @@ mod tests {
     }
 
     #[test]
+    fn interpreters_wrappers_script_files_conditions_and_old_names_are_found() {
+        // Each found by a reviewer trying to break the claim (issue "Sealed").
+        let cases: &[(&[&str], &[&str], &str)] = &[
+            (
+                &["python3", "-c"],
+                &["import os; os.system('x $(params.x)')"],
+                "args[0]: the interpreter's inline code",
+            ),
+            (
+                &["node", "-e", "run('$(params.x)')"],
+                &[],
+                "command[2]: the interpreter's inline code",
+            ),
+            (
+                &["perl", "-e"],
+                &["system('$(params.x)')"],
+                "the interpreter's inline code",
+            ),
+            (
+                &["timeout", "60", "sh", "-c"],
+                &["curl $(params.x)"],
+                "args[0]: the shell's -c script",
+            ),
+            (
+                &["nice", "-n", "5", "/bin/sh", "-c", "curl $(params.x)"],
+                &[],
+                "command[5]: the shell's -c script",
+            ),
+            (
+                &["env", "A=1", "timeout", "-s", "KILL", "9", "bash", "-c"],
+                &["$(params.x)"],
+                "the shell's -c script",
+            ),
+            (
+                &["sh"],
+                &["$(workspaces.source.path)/ci/report.sh"],
+                "args[0]: the script this step runs is named by",
+            ),
+            (
+                &["python3"],
+                &["$(params.script)"],
+                "the script this step runs",
+            ),
+            (
+                &["awk"],
+                &["{ system(\"$(params.x)\") }"],
+                "the interpreter's inline code",
+            ),
+            (
+                &["sh", "-c"],
+                &["curl $(inputs.params.rev)"],
+                "$(inputs.params.rev)",
+            ),
+            (
+                &["timeout", "$(params.t)"],
+                &[],
+                "command[1]: the program uses",
+            ),
+        ];
+        for (command, args, says) in cases {
+            let found = run(&shell(command, args));
+            assert!(
+                found.iter().any(|f| f.contains(says)),
+                "{command:?} {args:?}: {found:?}"
+            );
+        }
+        let mut step = shell(&["/scan"], &[]);
+        step.on_error = Some("$(params.scan-on-error)".into());
+        step.when = Some(vec![
+            serde_json::from_value(serde_json::json!(
+                {"input": "$(params.skip)", "operator": "notin", "values": ["yes"]}
+            ))
+            .unwrap(),
+        ]);
+        let found = run(&step);
+        assert!(
+            found
+                .iter()
+                .any(|f| f.starts_with("spec.preSteps[0].when[0]: when uses $(params.skip)")),
+            "{found:?}"
+        );
+        assert!(
+            found
+                .iter()
+                .any(|f| f
+                    .starts_with("spec.preSteps[0].onError: onError uses $(params.scan-on-error)")),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn code_from_a_volume_of_the_taskruns_namespace_is_refused() {
+        use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, Volume, VolumeMount};
+        let volumes = vec![
+            Volume {
+                name: "bookend-scripts".into(),
+                config_map: Some(ConfigMapVolumeSource {
+                    name: "org-upload-scripts".into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "bookend-tmp".into(),
+                empty_dir: Some(Default::default()),
+                ..Default::default()
+            },
+        ];
+        let check = |command: &[&str], args: &[&str], mount: (&str, &str)| {
+            let mut step = shell(command, args);
+            step.volume_mounts = Some(vec![VolumeMount {
+                name: mount.0.into(),
+                mount_path: mount.1.into(),
+                ..Default::default()
+            }]);
+            let mut errs = Errors::new();
+            check_code_from_namespace(
+                &step,
+                &volumes,
+                &FieldPath::new("spec").field_index("preSteps", 0),
+                &mut errs,
+            );
+            errs.into_vec()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect::<Vec<_>>()
+        };
+        let found = check(
+            &["/bin/sh", "/bookend/scripts/upload.sh"],
+            &[],
+            ("bookend-scripts", "/bookend/scripts"),
+        );
+        assert!(found[0].starts_with("spec.preSteps[0].command[1]: \"/bookend/scripts/upload.sh\" is in volume \"bookend-scripts\", a ConfigMap"), "{found:?}");
+        assert_eq!(
+            check(
+                &["/bookend/scripts/run"],
+                &[],
+                ("bookend-scripts", "/bookend/scripts")
+            )
+            .len(),
+            1
+        );
+        // Data from it, or code from an emptyDir: fine.
+        assert!(
+            check(
+                &["/bin/upload"],
+                &["/bookend/scripts/config.json"],
+                ("bookend-scripts", "/bookend/scripts")
+            )
+            .is_empty()
+        );
+        assert!(
+            check(
+                &["/bin/sh", "/tmp/x/run.sh"],
+                &[],
+                ("bookend-tmp", "/tmp/x")
+            )
+            .is_empty()
+        );
+    }
+
+    #[test]
     fn values_passed_as_data_are_not_flagged() {
         let safe: &[(&[&str], &[&str])] = &[
             // Positional parameters after the script are data to the shell.
@@ -384,7 +752,7 @@ mod tests {
         assert_eq!(
             run(&step),
             [
-                r#"spec.preSteps[0].command[0]: command[0] uses $(params.tool), which the TaskRun's author controls, so the author would choose the program this org step runs; write the program literally, and pass values it needs through env (env: [{name: TOOL, value: "$(params.tool)"}])"#,
+                r#"spec.preSteps[0].command[0]: the program uses $(params.tool), which the TaskRun's author controls, so the author would choose the program this org step runs; write the program literally, and pass values it needs through env (env: [{name: TOOL, value: "$(params.tool)"}])"#,
                 "spec.preSteps[0].image: image uses $(params.image), which the TaskRun's author controls, so the author would choose the image this org step runs; write the image literally",
                 r#"spec.preSteps[0].workingDir: workingDir uses $(workspaces.source.path), which the TaskRun's author controls, so the author would choose the directory this org step runs in; write workingDir literally, and pass values the step needs through env (env: [{name: SOURCE_PATH, value: "$(workspaces.source.path)"}])"#,
             ]

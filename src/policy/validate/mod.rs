@@ -203,6 +203,7 @@ fn steps(
             }
             if hazards.injection {
                 injection::check(step, &at, &own_steps, errs);
+                injection::check_code_from_namespace(step, &spec.volumes, &at, errs);
             }
         }
     }

@@ -208,7 +208,16 @@ pub fn cases() -> Vec<Case> {
             "$(params.where)",
             Expect::Denied("spec.taskSpec.workspaces[0].mountPath"),
         ),
-        ("/messages", Expect::Injected),
+        // Outside /workspace: not by default (a Task could mount over /go, /kaniko, … whatever
+        // an org step's image keeps there).
+        (
+            "/messages",
+            Expect::Denied("allows workspaces only under /workspace"),
+        ),
+        (
+            "/go",
+            Expect::Denied("allows workspaces only under /workspace"),
+        ),
         ("/workspace/src", Expect::Injected),
     ] {
         let name: &'static str =
@@ -223,5 +232,88 @@ pub fn cases() -> Vec<Case> {
             expect,
         });
     }
+    // Where the policy says workspaceMounts: Anywhere: anywhere but system directories and the
+    // directories its steps run from.
+    for (path, expect) in [
+        ("/messages", Expect::Injected),
+        (
+            "/bin",
+            Expect::Denied("would replace what they run from (/bin)"),
+        ),
+        (
+            "/opt/x",
+            Expect::Denied("would replace what they run from (/opt)"),
+        ),
+    ] {
+        let mut taskrun = with(
+            &["spec", "taskSpec", "workspaces"],
+            json!([{"name": "w", "mountPath": path}]),
+        );
+        taskrun["metadata"]["namespace"] = json!("open");
+        cases.push(Case {
+            name: Box::leak(
+                format!("merged/workspaceMounts: Anywhere, at {path}").into_boxed_str(),
+            ),
+            namespace: "open",
+            taskrun,
+            expect,
+        });
+    }
+    // The author's mounts of bookend's volumes (the org's secrets) and of Tekton's internal ones
+    // (a sidecar runs beside every step and could rewrite an org step's script or the exit codes
+    // bookend's gates read).
+    let mount = |name: &str, path: &str| json!([{"name": name, "mountPath": path}]);
+    for (what, field, value, says) in [
+        (
+            "a user step mounts the org's volume",
+            "steps",
+            json!([{"name": "build", "image": "golang", "volumeMounts": mount("bookend-creds-vol", "/steal")}]),
+            "spec.taskSpec.steps[0].volumeMounts[0].name",
+        ),
+        (
+            "a sidecar mounts the org's volume",
+            "sidecars",
+            json!([{"name": "s", "image": "x", "volumeMounts": mount("bookend-sbom-vol", "/steal")}]),
+            "spec.taskSpec.sidecars[0].volumeMounts[0].name",
+        ),
+        (
+            "a sidecar mounts Tekton's scripts",
+            "sidecars",
+            json!([{"name": "s", "image": "x", "volumeMounts": mount("tekton-internal-scripts", "/s")}]),
+            "Tekton's internal volumes",
+        ),
+        (
+            "a sidecar mounts a step's run directory",
+            "sidecars",
+            json!([{"name": "s", "image": "x", "volumeMounts": mount("anything", "/tekton/run/3")}]),
+            "Tekton's internal volumes",
+        ),
+        (
+            "the stepTemplate mounts the org's volume",
+            "stepTemplate",
+            json!({"volumeMounts": mount("bookend-creds-vol", "/steal")}),
+            "spec.taskSpec.stepTemplate.volumeMounts[0].name",
+        ),
+    ] {
+        cases.push(Case {
+            name: Box::leak(format!("merged/{what}").into_boxed_str()),
+            namespace: "team-a",
+            taskrun: with(&["spec", "taskSpec", field], value),
+            expect: Expect::Denied(says),
+        });
+    }
+    // A stepTemplate written into many steps: bounded before any work (it once took gigabytes).
+    let mut big = inline(Value::Array(
+        (0..400)
+            .map(|i| json!({"name": format!("s{i}"), "image": "b"}))
+            .collect(),
+    ));
+    big["spec"]["taskSpec"]["stepTemplate"] = json!({"env": (0..60).map(|i| json!({"name": format!("V{i}"), "value": "x".repeat(500)})).collect::<Vec<_>>()});
+    cases.push(Case {
+        name: "merged/a stepTemplate that would be written into every step many times over",
+        namespace: "team-a",
+        taskrun: big,
+        expect: Expect::Denied("the stepTemplate would add about"),
+    });
     cases
 }
