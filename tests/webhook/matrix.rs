@@ -827,7 +827,7 @@ spec:
       - {name: a, type: array}
       - {name: o, type: object, properties: {k: {type: string}}}
     workspaces:
-      - {name: src, mountPath: /src, readOnly: false, optional: true}
+      - {name: src, mountPath: /workspace/src, readOnly: false, optional: true}
       - {name: cfg}
     results:
       - {name: digest, type: string, description: d}
@@ -842,7 +842,7 @@ spec:
     steps:
       - name: build
         image: golang
-        workingDir: /src
+        workingDir: /workspace/src
         command: [go]
         args: [build, ./...]
         env:
