@@ -90,8 +90,8 @@ kyverno_start() {
     "$BOOKEND" crds | K create -f - >/dev/null
     K create --dry-run=client -o json -f examples/policies/10-credentials.yaml >"$F/credentials.json"
     K create --dry-run=client -o json -f examples/policies/20-sbom.yaml >"$F/sbom.json"
-    $PY kyverno "$F/kyverno-policy.json" "$F/credentials.json" "$F/sbom.json"
-    $PY steps bookend-credentials build test bookend-sbom bookend-sbom-upload >"$F/expect-kyverno.json"
+    $FIXTURES kyverno "$F/kyverno-policy.json" "$F/credentials.json" "$F/sbom.json"
+    $FIXTURES steps bookend-credentials build test bookend-sbom bookend-sbom-upload >"$F/expect-kyverno.json"
     if [[ -n ${STEPS:-} ]]; then
         log "KYVERNO=1 with STEPS is not supported (its expectation names build.yaml's steps)"
         return 1

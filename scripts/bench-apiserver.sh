@@ -98,15 +98,15 @@ if [[ $PATCH_COST == 1 ]]; then
     mkdir -p "$P/no-policies"
     B=$target/release/bookend
     "$B" render --policies "$P/no-policies" -f examples/taskruns/build.yaml -o json >"$P/plain-2.json"
-    python3 scripts/apiserver-bench.py grow "$P/plain-2.json" 20 >"$P/plain-20.json"
+    python3 scripts/apiserver-fixtures.py grow "$P/plain-2.json" 20 >"$P/plain-20.json"
     # The loopback benchmark's TaskRun: a PipelineRun's, three steps with longer scripts.
     python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))["request"]["object"]; o.pop("status",None); print(json.dumps(o))' \
         tests/fixtures/admission-review-taskrun-pipeline.json >"$P/plain-fixture.json"
     for n in 2 20 fixture; do
         "$B" render --policies examples/policies --namespace team-a -f "$P/plain-$n.json" -o json >"$P/out-$n.json" 2>/dev/null
         "$B" render --policies examples/policies --namespace team-a -f "$P/plain-$n.json" -o patch >"$P/bookend-$n.json" 2>/dev/null
-        python3 scripts/apiserver-bench.py minimal-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/minimal-$n.json"
-        python3 scripts/apiserver-bench.py replace-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/replace-$n.json"
+        python3 scripts/apiserver-fixtures.py minimal-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/minimal-$n.json"
+        python3 scripts/apiserver-fixtures.py replace-patch "$P/plain-$n.json" "$P/out-$n.json" >"$P/replace-$n.json"
         echo "== build.yaml's TaskRun: $n user steps (fixture: the PipelineRun TaskRun of tests/fixtures) (load average $(cut -d' ' -f1-3 /proc/loadavg))"
         "$OUT/bin/patchcost" "$P/plain-$n.json" "bookend=$P/bookend-$n.json" \
             "minimal=$P/minimal-$n.json" "replace=$P/replace-$n.json"
@@ -120,7 +120,8 @@ ONLY="kube-apiserver kubectl etcd crds" tests/e2e/build-tools.sh >"$OUT/build-to
 E2E_BIN=tests/e2e/bin/current
 KUBECTL=$E2E_BIN/kubectl
 BENCH=$OUT/bin/apiserver-bench
-PY="python3 scripts/apiserver-bench.py"
+FIXTURES="python3 scripts/apiserver-fixtures.py"
+REPORT="python3 scripts/apiserver-report.py"
 # Private copies: a concurrent build relinking target/release mid-run cannot mix versions.
 cp -p "$target/release/bookend" "$OUT/bin/bookend"
 cp -p "$target/release/examples/null_webhook" "$OUT/bin/null_webhook"
@@ -171,16 +172,16 @@ TLS=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 mkdir -p "$F/no-policies"
 "$BOOKEND" render --policies "$F/no-policies" -f examples/taskruns/build.yaml -o json >"$F/plain.json"
 if [[ -n ${STEPS:-} ]]; then
-    $PY grow "$F/plain.json" "$STEPS" >"$F/grown.json"
+    $FIXTURES grow "$F/plain.json" "$STEPS" >"$F/grown.json"
     mv "$F/grown.json" "$F/plain.json"
 fi
 "$BOOKEND" render --policies examples/policies -f "$F/plain.json" -o json >"$F/bookend-out.json"
 "$BOOKEND" render --policies examples/policies -f "$F/plain.json" -o patch >"$F/bookend.patch.json"
-$PY expect "$F/plain.json" >"$F/expect-plain.json"
-$PY expect "$F/bookend-out.json" >"$F/expect-bookend.json"
+$FIXTURES expect "$F/plain.json" >"$F/expect-plain.json"
+$FIXTURES expect "$F/bookend-out.json" >"$F/expect-bookend.json"
 if [[ -n ${BEFORE_BIN:-} ]]; then
     "$OUT/bin/bookend-before" render --policies examples/policies -f "$F/plain.json" -o json >"$F/before-out.json"
-    $PY expect "$F/before-out.json" >"$F/expect-before.json"
+    $FIXTURES expect "$F/before-out.json" >"$F/expect-before.json"
 fi
 K create --dry-run=client -o json -f deploy/base/webhooks.yaml >"$F/webhooks-deploy.json"
 
@@ -195,7 +196,7 @@ start_server() { # start_server <setup> <command...>
     URL[$setup]="https://127.0.0.1:$port"
     ADMIN[$setup]="http://127.0.0.1:$admin"
     wait_ready "${ADMIN[$setup]}/readyz" "$setup"
-    $PY webhooks "$F/webhooks-deploy.json" "${URL[$setup]}" "$CA_B64" >"$F/webhooks-$setup.json"
+    $FIXTURES webhooks "$F/webhooks-deploy.json" "${URL[$setup]}" "$CA_B64" >"$F/webhooks-$setup.json"
 }
 want() { [[ " $SETUPS " == *" $1 "* ]]; }
 if want bookend; then
@@ -203,7 +204,7 @@ if want bookend; then
     COUNTER[bookend]=bookend_admission_requests_total
 fi
 if want bookend-10k; then
-    $PY policies 10000 "$F/policies-10k"
+    $FIXTURES policies 10000 "$F/policies-10k"
     cp examples/policies/*.yaml "$F/policies-10k/"
     start_server bookend-10k "$BOOKEND" serve --source files --policies "$F/policies-10k" "${TLS[@]}"
     COUNTER[bookend-10k]=bookend_admission_requests_total
@@ -221,20 +222,20 @@ if want nullpatch; then
     COUNTER[nullpatch]=null_webhook_requests_total
 fi
 if want nullreplace; then
-    $PY replace-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.replace.json"
+    $FIXTURES replace-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.replace.json"
     start_server nullreplace "$OUT/bin/null_webhook" --patch-file "$F/bookend.replace.json" "${TLS[@]}"
     COUNTER[nullreplace]=null_webhook_requests_total
 fi
 if want nullminimal; then
-    $PY minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.minimal.json"
+    $FIXTURES minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/bookend.minimal.json"
     start_server nullminimal "$OUT/bin/null_webhook" --patch-file "$F/bookend.minimal.json" "${TLS[@]}"
     COUNTER[nullminimal]=null_webhook_requests_total
 fi
 if want map; then
     # Written the way a policy author would: an add at its index per step, the fields set on
     # the user's steps one by one (bookend's minimal diff), whatever shape bookend sends.
-    $PY minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/map.patch.json"
-    $PY map "$F/map.patch.json" "$F/webhooks-deploy.json" >"$F/map.json"
+    $FIXTURES minimal-patch "$F/plain.json" "$F/bookend-out.json" >"$F/map.patch.json"
+    $FIXTURES map "$F/map.patch.json" "$F/webhooks-deploy.json" >"$F/map.json"
 fi
 if want kyverno; then
     # shellcheck source=scripts/bench-apiserver-kyverno.sh
@@ -324,9 +325,9 @@ deactivate_all
 echo "load average at end: $(cut -d' ' -f1-3 /proc/loadavg)" >>"$OUT/env.txt"
 echo "took: $((SECONDS - t0)) s of cells" >>"$OUT/env.txt"
 
-$PY report "$OUT/results.jsonl" "$OUT/report" >&2
+$REPORT report "$OUT/results.jsonl" "$OUT/report" >&2
 trap - EXIT
 cleanup 2>/dev/null
 if [[ $QUICK == 1 ]]; then
-    $PY quick "$OUT/results.jsonl"
+    $REPORT quick "$OUT/results.jsonl"
 fi

@@ -16,15 +16,12 @@ use std::process::Command;
 
 use bookend::policy::api::crds_yaml;
 use bookend::policy::load::yaml_documents;
+use common::root;
 use serde_json::{Value, json};
 
 const CHART: &str = "charts/bookend";
 const NAMESPACE: &str = "bookend-system";
 const TEKTON_MUTATING: &str = "webhook.pipeline.tekton.dev";
-
-fn root() -> PathBuf {
-    common::root()
-}
 
 fn helm() -> PathBuf {
     common::e2e_tool("helm")

@@ -4,43 +4,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use bookend::engine::{self, Catalog, Outcome, Request};
 use bookend::policy::load::yaml_documents;
 use bookend::tekton::{self, TaskRunView};
 use serde_json::{Value, json};
 
 const NAMESPACE: &str = "team-a";
-
-fn corpus_files() -> Vec<PathBuf> {
-    let root = common::tekton_fixtures();
-    let mut files = Vec::new();
-    for dir in [
-        root.join("examples/v1/taskruns"),
-        root.join("legacy-v0.49.0/examples/v1beta1/taskruns"),
-    ] {
-        collect(&dir, &mut files);
-    }
-    files.sort();
-    assert!(
-        files.len() > 100,
-        "corpus not found under {}",
-        root.display()
-    );
-    files
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml") {
-            out.push(path);
-        }
-    }
-}
 
 fn steps(object: &Value) -> &[Value] {
     object["spec"]["taskSpec"]["steps"]
@@ -149,7 +118,7 @@ fn corpus_with_example_policies() {
     let set = common::example_policies();
     let (mut exercised, mut mutated, mut denied, mut allowed) = (0, 0, 0, 0);
     let mut denials = Vec::new();
-    for file in corpus_files() {
+    for file in common::tekton_taskrun_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         let docs = yaml_documents(&text).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
         let mut catalog = Catalog::default();

@@ -18,11 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bookend::policy::load::yaml_documents;
+use common::root;
 use serde_json::{Value, json};
-
-fn root() -> PathBuf {
-    common::root()
-}
 
 /// Series that bookend does not export but the rules or the dashboard read, by exporter. Each
 /// must be used (a stale entry fails the test).

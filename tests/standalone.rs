@@ -2,12 +2,12 @@
 //! beside the clone, or an absolute home or work directory of the machine it was written on).
 //! A clone with nothing next to it must build, test and read the same.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+use common::root;
 
 /// Files under version control; without git (an unpacked archive), every file but build output.
 fn tracked_files() -> Vec<PathBuf> {
@@ -100,7 +100,7 @@ fn no_tracked_file_names_a_path_outside_the_repository() {
     let root = root();
     // Upstream Tekton examples, copied byte for byte: the home directories in their scripts
     // are paths inside containers, not of this machine.
-    let upstream = root.join("tests/fixtures/tekton");
+    let upstream = common::tekton_fixtures();
     let patterns = forbidden();
     let files = tracked_files();
     assert!(files.len() > 50, "found only {} files", files.len());

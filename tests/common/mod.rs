@@ -1,7 +1,10 @@
-//! Helpers shared by the integration tests.
+//! Helpers shared by the integration tests: the repository root, the vendored Tekton examples
+//! and the example policies. Every test binary includes this file (`mod common;`, or
+//! `#[path = "../common/mod.rs"] mod common;` from a binary in a directory) and each uses a
+//! part of it, hence the `allow`.
 #![allow(dead_code)]
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use bookend::policy::{PolicySet, Settings};
 use bookend::source::walk::policy_set;
@@ -14,6 +17,42 @@ pub fn root() -> PathBuf {
 /// Upstream Tekton examples vendored for the tests (`tests/fixtures/tekton/SOURCE.md`).
 pub fn tekton_fixtures() -> PathBuf {
     root().join("tests/fixtures/tekton")
+}
+
+/// The directories of `tekton_fixtures()` holding TaskRuns: upstream's v1 examples and the
+/// legacy v1beta1 set.
+pub const TEKTON_TASKRUN_DIRS: [&str; 2] = [
+    "examples/v1/taskruns",
+    "legacy-v0.49.0/examples/v1beta1/taskruns",
+];
+
+/// Every YAML file under `TEKTON_TASKRUN_DIRS`, sorted (the corpus of `tests/corpus.rs`, the
+/// webhook suite and the e2e suite).
+pub fn tekton_taskrun_files() -> Vec<PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, out);
+            } else if path.extension().is_some_and(|e| e == "yaml") {
+                out.push(path);
+            }
+        }
+    }
+    let root = tekton_fixtures();
+    let mut files = Vec::new();
+    for dir in TEKTON_TASKRUN_DIRS {
+        walk(&root.join(dir), &mut files);
+    }
+    files.sort();
+    assert!(
+        files.len() > 100,
+        "the Tekton corpus under {} has only {} files",
+        root.display(),
+        files.len()
+    );
+    files
 }
 
 /// The policies in `examples/policies`, which must be valid.

@@ -1,7 +1,7 @@
 //! What both cluster suites share: the throw-away control plane of tests/e2e/start-cluster.sh,
 //! kubectl against it, commands, polling, stopping processes, and the timed phases and scenarios
 //! of a suite's one test. The e2e suite has it as `mod kube`, the runtime suite includes it by
-//! `#[path]`; each suite's main.rs defines `root()` and `POLL_INTERVAL`.
+//! `#[path]`; each suite's main.rs provides `root()` (from tests/common) and `POLL_INTERVAL`.
 
 use std::collections::HashMap;
 use std::io::Write;

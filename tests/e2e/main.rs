@@ -10,6 +10,8 @@ mod cases;
 #[path = "../security/classes/mod.rs"]
 mod classes;
 mod cluster;
+#[path = "../common/mod.rs"]
+mod common;
 mod kube;
 mod merge;
 #[path = "../security/oracle.rs"]
@@ -17,17 +19,9 @@ mod oracle;
 mod tekton;
 mod tools;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Upstream Tekton examples vendored for the tests (`tests/fixtures/tekton/SOURCE.md`).
-pub fn tekton_fixtures() -> PathBuf {
-    root().join("tests/fixtures/tekton")
-}
+pub use common::{root, tekton_fixtures};
 
 /// Pause between the attempts of `kube::poll`.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);

@@ -4,7 +4,7 @@
 //! pass (the re-invocation that `reinvocationPolicy: IfNeeded` causes).
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use bookend::engine::{self, Catalog, Outcome, Request};
@@ -17,30 +17,6 @@ use serde_json::Value;
 use crate::tools::tools;
 
 const NAMESPACE: &str = "team-a";
-
-fn corpus() -> Vec<PathBuf> {
-    let root = crate::tekton_fixtures();
-    let mut files = Vec::new();
-    for dir in [
-        "examples/v1/taskruns",
-        "legacy-v0.49.0/examples/v1beta1/taskruns",
-    ] {
-        walk(&root.join(dir), &mut files);
-    }
-    files.sort();
-    files
-}
-
-fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())) {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            walk(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml") {
-            out.push(path);
-        }
-    }
-}
 
 /// Feature flags of the cluster the alpha examples are written for (upstream runs them with
 /// these), as `tekton-validate` arguments.
@@ -113,7 +89,7 @@ fn tekton_accepts_what_bookend_emits_and_defaulting_converges() {
     let mut catalogs = BTreeMap::new();
     let mut denied = Vec::new();
     let mut n = 0;
-    for file in corpus() {
+    for file in crate::common::tekton_taskrun_files() {
         let docs = yaml_documents(&std::fs::read_to_string(&file).unwrap()).unwrap();
         let mut catalog = Catalog::default();
         catalog.add_objects(&docs, NAMESPACE);

@@ -20,6 +20,8 @@ mod cases;
 #[allow(dead_code)]
 #[path = "../security/classes/mod.rs"]
 mod classes;
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../e2e/kube.rs"]
 mod kube;
 #[path = "../e2e/tools.rs"]
@@ -48,9 +50,7 @@ use crate::runs::Env;
 use crate::scenarios::Ctx;
 use crate::tools::tools;
 
-pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use common::root;
 
 /// Pause between the attempts of `kube::poll`; shorter than the e2e suite's, as the injection
 /// cost table (timing.rs) learns through it when a run finished.

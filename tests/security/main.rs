@@ -10,6 +10,8 @@
 
 mod cases;
 mod classes;
+#[path = "../common/mod.rs"]
+mod common;
 mod cost;
 mod invariant;
 mod oracle;
@@ -21,10 +23,7 @@ use bookend::policy::Settings;
 use bookend::policy::load::policy_set_from_yaml;
 use serde_json::Value;
 
-/// The repository root.
-pub fn root() -> std::path::PathBuf {
-    std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
+pub use common::root;
 
 /// The policies every security test runs with (also installed by the e2e scenario).
 pub fn policies() -> PolicySet {

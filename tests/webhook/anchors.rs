@@ -2,25 +2,10 @@
 //! upstream issues are listed in docs/reliability.md) that bookend answers in code.
 //! The mapping, with the tests elsewhere that cover the rest, is in docs/reliability.md.
 
-mod webhook_support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use serde_json::{Value, json};
-use webhook_support::*;
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap()
-}
-
-fn step_names(taskrun: &Value) -> Vec<String> {
-    taskrun["spec"]["taskSpec"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
-}
 
 fn with_object(object: &Value) -> Value {
     let mut review = sample_review();

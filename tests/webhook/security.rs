@@ -1,19 +1,13 @@
 //! Security properties (docs/security.md): TLS versions and ciphers, the admin port, no secrets
 //! in logs, and no way for a TaskRun author to opt out of injection.
 
-mod webhook_support;
-
 use std::io::Read;
 use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use serde_json::{Value, json};
-use webhook_support::*;
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap()
-}
 
 /// `openssl s_client` against the server with extra flags: whether the handshake completed,
 /// and what openssl said. The suite needs `openssl` (CI has it; Debian package `openssl`).

@@ -1,13 +1,11 @@
 //! No input gets a 5xx or takes the server down: every node of a real AdmissionReview replaced
 //! by values of every JSON type, or removed, over HTTPS; plus the TLS protocol versions.
 
-mod webhook_support;
-
 use std::sync::Arc;
 
+use crate::support::*;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
-use webhook_support::*;
 
 /// JSON pointers of every node under `value`.
 fn pointers(value: &Value, at: String, out: &mut Vec<String>) {

@@ -1,21 +1,15 @@
 //! The server over time: certificate rotation under load, policy reload with a broken file,
 //! graceful shutdown with requests in flight, and slow clients.
 
-mod webhook_support;
-
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use rustls_pki_types::pem::PemObject;
 use serde_json::Value;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use webhook_support::*;
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap()
-}
 
 /// Reads one HTTP/1.1 response; returns status and body, or panics with what arrived.
 async fn read_response(stream: &mut tokio_rustls::client::TlsStream<TcpStream>) -> (u16, Vec<u8>) {

@@ -1,8 +1,6 @@
-//! Shared by the `webhook_*` integration tests: a CA, a real server on port 0 with its files in
-//! a temporary directory laid out like a Kubernetes Secret mount, and HTTPS clients that verify
-//! the CA and the SAN.
-
-#![allow(dead_code)]
+//! What every module of the webhook suite shares: a CA, a real server on port 0 with its files
+//! in a temporary directory laid out like a Kubernetes Secret mount, HTTPS clients that verify
+//! the CA and the SAN, and raw TLS connections for writing requests by hand.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -341,6 +339,11 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
+}
+
+/// A JSON value as a request body.
+pub fn body(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).unwrap()
 }
 
 /// POSTs a JSON body; returns the response as it came (for its TLS details).

@@ -1,15 +1,13 @@
 //! `bookend serve` and `bookend certs` as processes: the dev certificate on first run, a real
 //! request, SIGTERM → exit 0, and the startup errors that name the flag.
 
-mod webhook_support;
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
-use webhook_support::*;
+use crate::support::*;
 
 fn bookend() -> Command {
     Command::new(env!("CARGO_BIN_EXE_bookend"))

@@ -1,17 +1,15 @@
 //! The webhook over real HTTPS (HTTP/2 and HTTP/1.1): mutate, validate, dry-run, policy
 //! objects, the bad-input matrix, panics, mutual TLS, and the admin endpoints.
 
-mod webhook_support;
-
 use std::time::Duration;
 
+use crate::support::*;
 use bookend::admission::{Endpoint, Reply};
 use bookend::engine::Lookup;
 use bookend::engine::{self, Catalog, Request};
 use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::{PolicySet, Settings};
 use serde_json::{Value, json};
-use webhook_support::*;
 
 fn expected_object(object: &Value, namespace: &str, dry_run: bool) -> Value {
     let loaded = policy_set_from_yaml("policy.yaml", POLICY, Settings::default());
@@ -28,10 +26,6 @@ fn expected_object(object: &Value, namespace: &str, dry_run: bool) -> Value {
     );
     assert_eq!(decision.outcome.as_str(), "mutated");
     decision.object
-}
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap()
 }
 
 #[tokio::test]

@@ -3,38 +3,21 @@
 //! independently, equals what the engine (`bookend render`) makes of the same object; denials
 //! carry the engine's message; the final objects pass `/validate`.
 
-mod webhook_support;
-
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use crate::common::{example_policies, root, tekton_taskrun_files};
+use crate::support::*;
 use bookend::engine::{self, Catalog, Outcome, Request};
-use bookend::policy::Settings;
 use bookend::policy::load::yaml_documents;
-use bookend::source::walk::policy_set;
 use bookend::tekton::TaskRunView;
 use serde_json::{Value, json};
 use tokio::task::JoinSet;
-use webhook_support::*;
 
 const NAMESPACE: &str = "team-a";
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn corpus_taskruns() -> Vec<(String, Value)> {
-    let base = root().join("tests/fixtures/tekton");
-    let mut files = Vec::new();
-    for dir in [
-        base.join("examples/v1/taskruns"),
-        base.join("legacy-v0.49.0/examples/v1beta1/taskruns"),
-    ] {
-        collect(&dir, &mut files);
-    }
-    files.sort();
     let mut out = Vec::new();
-    for file in files {
+    for file in tekton_taskrun_files() {
         let text = std::fs::read_to_string(&file).unwrap();
         let Ok(docs) = yaml_documents(&text) else {
             continue;
@@ -45,22 +28,8 @@ fn corpus_taskruns() -> Vec<(String, Value)> {
             }
         }
     }
-    assert!(out.len() > 100, "corpus not found under {}", base.display());
+    assert!(out.len() > 100, "only {} corpus TaskRuns", out.len());
     out
-}
-
-fn collect(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            collect(&path, out);
-        } else if path.extension().is_some_and(|e| e == "yaml") {
-            out.push(path);
-        }
-    }
 }
 
 fn review(uid: &str, object: &Value) -> Value {
@@ -95,9 +64,7 @@ async fn corpus_through_the_webhook_equals_render() {
         ..Options::default()
     })
     .await;
-    let loaded = policy_set(&[policies], Settings::default());
-    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
-    let set = Arc::new(loaded.set);
+    let set = Arc::new(example_policies());
 
     let client = server.h2();
     let mutate = server.url("/mutate");

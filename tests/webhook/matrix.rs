@@ -2,18 +2,12 @@
 //! server on port 0. Every row checks the documented answer, that no input gets a 5xx, that the
 //! body is JSON, that nothing panicked, and that the server still answers a good review after.
 
-mod webhook_support;
-
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use webhook_support::*;
-
-fn body(v: &Value) -> Vec<u8> {
-    serde_json::to_vec(v).unwrap()
-}
 
 /// What a row expects.
 enum Expect {
