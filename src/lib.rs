@@ -35,3 +35,8 @@ pub mod server;
 pub mod source;
 pub mod tekton;
 pub mod telemetry;
+
+/// Tekton's pod builder as tests need it (shared with the e2e suite).
+#[cfg(test)]
+#[path = "../tests/common/tekton_pod.rs"]
+mod tekton_pod;

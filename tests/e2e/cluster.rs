@@ -977,15 +977,8 @@ fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
     // What Tekton's pod builder makes of the Task it runs (containers step-<name>, the TaskRun's
     // labels and the Task's annotations).
     let pod_of = |resolved: &Value| {
-        let containers: Vec<Value> = resolved["spec"]["steps"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| {
-                json!({"name": format!("step-{}", s["name"].as_str().unwrap()),
-                       "image": "docker.io/library/alpine:3.20"})
-            })
-            .collect();
+        let mut spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap());
+        spec["automountServiceAccountToken"] = json!(false);
         json!({
             "apiVersion": "v1",
             "kind": "Pod",
@@ -997,7 +990,7 @@ fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
                 "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
                                      "name": name, "uid": uid, "controller": true}],
             },
-            "spec": {"automountServiceAccountToken": false, "containers": containers},
+            "spec": spec,
         })
     };
     // The mutation did not happen (an outage): the Pod lacks the steps and is refused.

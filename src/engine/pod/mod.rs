@@ -649,80 +649,9 @@ spec:
         )
     }
 
-    /// A step's container as Tekton's `orderContainers` builds it (for steps without a command,
-    /// after `resolveEntrypoints`: the image by digest, the platform commands in env).
+    /// A step's container as Tekton's pod builder makes it (shared with the e2e suite).
     pub(crate) fn tekton_container(step: &Value, index: usize) -> Value {
-        let name = tekton::restrict_length(&tekton::container_name(step, index));
-        let mut args: Vec<Value> = vec![
-            json!("-post_file"),
-            json!(format!("/tekton/run/{index}/out")),
-            json!("-termination_path"),
-            json!("/tekton/termination"),
-            json!("-step_metadata_dir"),
-            json!(format!("/tekton/run/{index}/status")),
-        ];
-        if index > 0 {
-            args.splice(
-                0..0,
-                [
-                    json!("-wait_file"),
-                    json!(format!("/tekton/run/{}/out", index - 1)),
-                ],
-            );
-        }
-        if let Some(on_error) = step.get("onError") {
-            args.extend([json!("-on_error"), on_error.clone()]);
-        }
-        if let Some(results) = step.get("results").and_then(Value::as_array) {
-            let names: Vec<&str> = results.iter().filter_map(|r| r["name"].as_str()).collect();
-            args.extend([json!("-step_results"), json!(names.join(","))]);
-        }
-        if let Some(when) = step.get("when") {
-            args.extend([json!("--when_expressions"), json!(when.to_string())]);
-        }
-        let command: Vec<Value> = step
-            .get("command")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut env: Vec<Value> = step
-            .get("env")
-            .and_then(Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let mut image = step["image"].clone();
-        if let Some(program) = command.first() {
-            args.extend([json!("-entrypoint"), program.clone()]);
-        } else {
-            let repository = match image.as_str().unwrap_or("") {
-                "alpine" => "index.docker.io/library/alpine".to_owned(),
-                other => other.split(':').next().unwrap_or(other).to_owned(),
-            };
-            image = json!(format!("{repository}@sha256:{}", "0".repeat(64)));
-            env.push(json!({"name": "TEKTON_PLATFORM_COMMANDS", "value": "{\"linux/amd64\":[\"/bin/sh\"]}"}));
-        }
-        args.push(json!("--"));
-        args.extend(command.iter().skip(1).cloned());
-        args.extend(
-            step.get("args")
-                .and_then(Value::as_array)
-                .cloned()
-                .unwrap_or_default(),
-        );
-        let mut container = json!({"name": name, "image": image, "command": ["/tekton/bin/entrypoint"],
-            "args": args, "terminationMessagePath": "/tekton/termination",
-            "terminationMessagePolicy": "File",
-            "volumeMounts": [{"name": "tekton-internal-bin", "mountPath": "/tekton/bin", "readOnly": true},
-                             {"name": format!("tekton-internal-run-{index}"), "mountPath": format!("/tekton/run/{index}")}]});
-        if !env.is_empty() {
-            container["env"] = Value::Array(env);
-        }
-        for key in ["securityContext", "workingDir"] {
-            if let Some(v) = step.get(key) {
-                container[key] = v.clone();
-            }
-        }
-        container
+        crate::tekton_pod::container(step, index, &mut String::new())
     }
 
     /// The policies' step of each name, else a step of the author's.
@@ -848,7 +777,6 @@ spec:
 
 #[cfg(test)]
 mod content {
-    use super::tests::tekton_container;
     use super::*;
     use crate::engine::tests::policies;
     use crate::engine::{Catalog, Request, decide};
@@ -878,21 +806,13 @@ spec:
             .as_array()
             .unwrap()
             .clone();
-        let containers: Vec<Value> = steps
-            .iter()
-            .enumerate()
-            .map(|(i, s)| {
-                let mut c = tekton_container(s, i);
-                let text = serde_json::to_string(&c)
-                    .unwrap()
-                    .replace("$(context.taskRun.name)", "run-1");
-                c = serde_json::from_str(&text).unwrap();
-                c
-            })
-            .collect();
+        let spec = crate::tekton_pod::pod_spec(&steps);
+        let text = serde_json::to_string(&spec)
+            .unwrap()
+            .replace("$(context.taskRun.name)", "run-1");
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": "run-1-pod", "namespace": "team-a", "labels": {"tekton.dev/taskRun": "run-1"}},
-            "spec": {"containers": containers}});
+            "spec": serde_json::from_str::<Value>(&text).unwrap()});
         (admitted, pod)
     }
 
