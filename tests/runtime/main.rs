@@ -29,6 +29,7 @@ mod tools;
 
 mod daemon;
 mod node;
+mod pods;
 mod prereqs;
 mod remote;
 mod runs;
@@ -185,6 +186,7 @@ fn all_policies() -> Vec<Value> {
         scenarios::policies(),
         remote::policies(),
         sealed::policies(),
+        pods::policies(),
     ]
     .concat()
 }
@@ -301,6 +303,7 @@ fn injected_taskruns_run() {
         .into_iter()
         .chain([remote::REMOTE, remote::CATALOG])
         .chain(sealed::NAMESPACES)
+        .chain(pods::NAMESPACES)
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -374,7 +377,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 15] = [
+    let list: [(&str, Scenario); 16] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -426,8 +429,12 @@ fn injected_taskruns_run() {
             sealed::scenario_task_ref_forms,
         ),
         (
-            "15 Pod Security restricted: bookend's helper steps get no securityContext",
+            "15 Pod Security restricted: bookend's helpers run restricted",
             sealed::scenario_restricted,
+        ),
+        (
+            "16 the Pod is the truth: unsealed TaskRuns' Pods, image swaps, impostor Pods refused",
+            pods::scenario_tampered_pods,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
