@@ -143,6 +143,56 @@ fn render_knows_tekton_refuses_inline_specs() {
     }
 }
 
+/// `render --tasks` with Tekton's config-defaults ConfigMap: the platform's default pod template
+/// is known, so the TaskRun's podTemplate may restate it but not replace it (even with zero
+/// values, which Tekton's defaulting keeps over the platform's).
+#[test]
+fn render_knows_the_platforms_default_pod_template() {
+    let dir = tempfile::tempdir().unwrap();
+    let defaults = dir.path().join("config-defaults.yaml");
+    std::fs::write(
+        &defaults,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: config-defaults, namespace: tekton-pipelines}\ndata:\n  default-pod-template: |\n    dnsPolicy: None\n    dnsConfig: {nameservers: [10.96.0.53]}\n",
+    )
+    .unwrap();
+    let taskrun = |pod_template: &str| {
+        let path = dir.path().join("taskrun.yaml");
+        std::fs::write(
+            &path,
+            format!("apiVersion: tekton.dev/v1\nkind: TaskRun\nmetadata: {{name: r, namespace: team-a}}\nspec:\n  podTemplate: {pod_template}\n  taskSpec:\n    steps: [{{name: build, image: alpine, script: make}}]\n"),
+        )
+        .unwrap();
+        path
+    };
+    let render = |path: &std::path::Path| {
+        bookend(&[
+            "render",
+            "--policies",
+            "examples/policies",
+            "-f",
+            path.to_str().unwrap(),
+            "--tasks",
+            defaults.to_str().unwrap(),
+        ])
+    };
+    let restated = render(&taskrun(
+        "{dnsPolicy: None, dnsConfig: {nameservers: [10.96.0.53]}}",
+    ));
+    assert_eq!(
+        restated.status.code(),
+        Some(0),
+        "{}",
+        text(&restated.stderr)
+    );
+    let replaced = render(&taskrun("{dnsPolicy: \"\"}"));
+    assert_eq!(replaced.status.code(), Some(1));
+    assert!(
+        text(&replaced.stderr).contains("spec.podTemplate.dnsPolicy"),
+        "{}",
+        text(&replaced.stderr)
+    );
+}
+
 #[test]
 fn render_exit_codes() {
     let ok = bookend(&[

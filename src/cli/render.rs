@@ -109,6 +109,10 @@ impl Lookup for RenderLookup<'_> {
     fn inline_task_spec_refused(&self) -> bool {
         self.catalog.inline_task_spec_refused()
     }
+
+    fn default_pod_template(&self) -> Option<serde_json::Value> {
+        self.catalog.default_pod_template()
+    }
 }
 
 /// Exit 0 when every TaskRun is admitted, 1 when one is denied, 2 on bad input.

@@ -25,6 +25,9 @@ use crate::policy::validate::clean_path;
 use crate::policy::{Policy, Settings, WorkspaceMounts};
 use crate::tekton::{self, ApiVersion, TaskRunView, merge};
 
+/// Most entries of a keyed list (env, volumeMounts, …) bookend merges a stepTemplate's into.
+pub const MAX_MERGED_LIST: usize = 256;
+
 /// Most bytes a stepTemplate may add when bookend writes it into every user step.
 pub const MAX_MATERIALISED_BYTES: usize = 1024 * 1024;
 
@@ -66,6 +69,19 @@ pub fn check_run_fields(
                 format!("spec.{step_specs}[{i}].name"),
                 format!(
                     "names bookend's step {name:?}: Tekton sets the compute resources of the step of that name from it, so the TaskRun would change an org step; remove the entry (org steps get the resources their policy gives them)"
+                ),
+            ));
+        }
+    }
+    // Workspaces bound in the TaskRun but not declared by its Task are declared by Tekton
+    // ("propagated"), at /workspace/<name>.
+    for (i, binding) in list(spec.get("workspaces")).iter().enumerate() {
+        let name = binding.get("name").and_then(Value::as_str).unwrap_or("");
+        if !is_workspace_name(name) {
+            return Err(Denial::field(
+                format!("spec.workspaces[{i}].name"),
+                format!(
+                    "{name:?}: Tekton mounts a workspace at /workspace/<name> in every step, org steps included, so a name must be a plain name (letters, digits, '-', '_', '.', not '..', no '/' or variables)"
                 ),
             ));
         }
@@ -158,17 +174,37 @@ fn check_pod_template(
             "decides whether every container, org steps included, gets the service account's token",
         ),
     ] {
-        let Some(value) = template.get(key).filter(|v| is_set(v)) else {
+        // Present, even as a zero value: Tekton's defaulting keeps the TaskRun's field over the
+        // platform's whenever it is there (`MergePodTemplateWithDefault`: pointers), so
+        // `dnsPolicy: ""` or `automountServiceAccountToken: false` drop the platform's.
+        let Some(value) = template.get(key).filter(|v| !v.is_null()) else {
             continue;
         };
-        if default_field(key).is_some_and(|d| equivalent(d, value)) {
-            continue;
+        let platform = default.and_then(|d| d.get(key)).filter(|v| !v.is_null());
+        match platform {
+            Some(d) if equivalent(d, value) => continue,
+            None if !is_set(value) => continue,
+            _ => {}
         }
         return Err(Denial::field(
             format!("spec.podTemplate.{key}"),
             format!(
                 "{why}; remove it (a platform that needs it sets it in Tekton's default-pod-template)"
             ),
+        ));
+    }
+    // The Pod's securityContext: Tekton's defaulting takes the TaskRun's whole when it is there,
+    // so where the platform sets one, the TaskRun may only restate it.
+    if let (Some(platform), Some(own)) = (
+        default
+            .and_then(|d| d.get("securityContext"))
+            .filter(|v| !v.is_null()),
+        template.get("securityContext").filter(|v| !v.is_null()),
+    ) && platform != own
+    {
+        return Err(Denial::field(
+            "spec.podTemplate.securityContext",
+            "replaces the platform's Pod securityContext (Tekton's default-pod-template) for every container, org steps included; remove it",
         ));
     }
     // Kernel parameters apply to the whole Pod and no step can set its own.
@@ -238,6 +274,17 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
         .unwrap_or(WorkspaceMounts::Anywhere);
     let protected = protected_directories(applied);
     for (i, workspace) in list(task_spec.get("workspaces")).iter().enumerate() {
+        let name = workspace.get("name").and_then(Value::as_str).unwrap_or("");
+        // Tekton mounts a workspace without mountPath at `filepath.Join("/workspace", name)`
+        // and never checks the name: `../tekton/bin` would be a path outside /workspace.
+        if !is_workspace_name(name) {
+            return Err(Denial::field(
+                format!("spec.taskSpec.workspaces[{i}].name"),
+                format!(
+                    "{name:?}: Tekton mounts a workspace at /workspace/<name> in every step, org steps included, so a name must be a plain name (letters, digits, '-', '_', '.', not '..', no '/' or variables)"
+                ),
+            ));
+        }
         let Some(path) = workspace
             .get("mountPath")
             .and_then(Value::as_str)
@@ -290,6 +337,17 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
     Ok(())
 }
 
+/// A workspace name Tekton can join under /workspace without leaving it.
+fn is_workspace_name(name: &str) -> bool {
+    !name.is_empty()
+        && name != "."
+        && name != ".."
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+        && !name.contains("..")
+}
+
 /// The author's steps, stepTemplate and sidecars may not mount bookend's volumes (the org's
 /// secrets, its scripts) nor Tekton's internal ones (a sidecar could rewrite an org step's
 /// script or forge the exit codes bookend's gates read: Tekton checks those only for steps).
@@ -306,10 +364,30 @@ fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Resul
     for (i, sidecar) in list(task_spec.get("sidecars")).iter().enumerate() {
         holders.push((format!("spec.taskSpec.sidecars[{i}]"), sidecar));
     }
+    for (i, volume) in list(task_spec.get("volumes")).iter().enumerate() {
+        let name = volume.get("name").and_then(Value::as_str).unwrap_or("");
+        if name.contains("$(") {
+            return Err(Denial::field(
+                format!("spec.taskSpec.volumes[{i}].name"),
+                format!(
+                    "{name:?}: Tekton substitutes variables into volume names, so a variable could name bookend's volumes; write the volume's name"
+                ),
+            ));
+        }
+    }
     for (path, holder) in holders {
         for key in ["volumeMounts", "volumeDevices"] {
             for (j, mount) in list(holder.get(key)).iter().enumerate() {
                 let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+                // Tekton substitutes params into mount names before it builds the Pod.
+                if name.contains("$(") {
+                    return Err(Denial::field(
+                        format!("{path}.{key}[{j}].name"),
+                        format!(
+                            "{name:?}: Tekton substitutes variables into mount names, so a variable could name bookend's volumes or Tekton's internal ones; write the volume's name"
+                        ),
+                    ));
+                }
                 let mount_path = mount
                     .get("mountPath")
                     .or_else(|| mount.get("devicePath"))
@@ -353,6 +431,25 @@ pub fn materialise_step_template(
     let Some(template) = task_spec.get("stepTemplate").filter(|t| t.is_object()) else {
         return Ok(None);
     };
+    // Tekton's merge pairs list entries by key; bound the lists so that the work stays small
+    // (Tasks have tens of env entries, not thousands).
+    for (holder, what) in std::iter::once((template, "the stepTemplate".to_owned())).chain(
+        user.iter()
+            .enumerate()
+            .map(|(i, s)| (s, format!("spec.taskSpec.steps[{i}]"))),
+    ) {
+        for key in ["env", "volumeMounts", "volumeDevices", "ports"] {
+            let n = list(holder.get(key)).len();
+            if n > MAX_MERGED_LIST {
+                return Err(Denial::field(
+                    "spec.taskSpec.stepTemplate",
+                    format!(
+                        "{what} has {n} {key} entries; bookend writes the stepTemplate into the TaskRun's own steps (so that org steps inherit nothing of it) only for lists of at most {MAX_MERGED_LIST}; move the template's fields into the steps that need them"
+                    ),
+                ));
+            }
+        }
+    }
     // Written into each step, the template is repeated once per step: bound the result, which
     // must fit what the API server stores anyway, before doing any of the work.
     let written = patch::json_len(template).saturating_mul(user.len());
@@ -483,5 +580,42 @@ mod tests {
         assert_eq!(d.outcome, Outcome::Denied);
         let d = run(json!({"dnsPolicy": "None"}), &catalog);
         assert!(d.message.unwrap().contains("spec.podTemplate.dnsPolicy"));
+    }
+
+    #[test]
+    fn zero_values_in_the_pod_template_are_there_and_replace_the_platforms() {
+        let set = policies(ORG);
+        let mut catalog = Catalog::default();
+        catalog.add_objects(
+            &[json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": "config-defaults", "namespace": "tekton-pipelines"},
+                "data": {"default-pod-template": "automountServiceAccountToken: true\ndnsPolicy: None\ndnsConfig: {nameservers: [10.96.0.53]}\nsecurityContext: {runAsNonRoot: true}\n"}})],
+            "tekton-pipelines",
+        );
+        for (template, field) in [
+            (
+                json!({"automountServiceAccountToken": false}),
+                "automountServiceAccountToken",
+            ),
+            (json!({"dnsPolicy": ""}), "dnsPolicy"),
+            (json!({"dnsConfig": {}}), "dnsConfig"),
+            (json!({"securityContext": {}}), "securityContext"),
+        ] {
+            let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"name": "r"},
+                "spec": {"podTemplate": template,
+                         "taskSpec": {"steps": [{"name": "build", "image": "go"}]}}});
+            let d = run_with_lookup(&set, &object, &catalog);
+            assert_eq!(d.outcome, Outcome::Denied, "{field}");
+            assert!(
+                d.message
+                    .unwrap()
+                    .contains(&format!("spec.podTemplate.{field}")),
+                "{field}"
+            );
+            // Without a platform default, a zero value changes nothing.
+            let d = run_with_lookup(&set, &object, &Catalog::default());
+            assert_eq!(d.outcome, Outcome::Mutated, "{field} without a default");
+        }
     }
 }

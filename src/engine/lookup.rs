@@ -18,15 +18,13 @@ pub trait Lookup: Send + Sync {
     fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool>;
     /// Whether Tekton refuses TaskRuns with `spec.taskSpec`: its feature flag
     /// `disable-inline-spec` lists `taskrun`. bookend then cannot inline a referenced Task.
-    fn inline_task_spec_refused(&self) -> bool {
-        false
-    }
+    /// (Required, not defaulted: a lookup that forgot it would silently run without the flag.)
+    fn inline_task_spec_refused(&self) -> bool;
     /// Tekton's `default-pod-template` (ConfigMap `config-defaults`), which Tekton's defaulting
     /// merges into every TaskRun's `podTemplate`: what it sets is the platform's, not the
-    /// author's.
-    fn default_pod_template(&self) -> Option<Value> {
-        None
-    }
+    /// author's. (Required: a lookup that forgot it would take the platform's values for the
+    /// author's, or the author's zero values for nothing.)
+    fn default_pod_template(&self) -> Option<Value>;
 }
 
 /// Tekton's feature-flags ConfigMap: its name, and whether its `disable-inline-spec` (a comma

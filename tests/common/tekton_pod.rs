@@ -20,6 +20,22 @@ pub fn pod_spec(steps: &[Value]) -> Value {
         spec["initContainers"] = json!([{"name": "place-scripts", "image": "cgr.dev/chainguard/busybox",
             "command": ["sh"], "args": ["-c", place_scripts]}]);
     }
+    // Every mounted volume exists (an emptyDir, as Tekton's internal volumes are), so that the
+    // apiserver's own validation passes and the webhooks decide.
+    let mut volumes: Vec<String> = Vec::new();
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            if let Some(n) = m["name"].as_str()
+                && !volumes.iter().any(|v| v == n)
+            {
+                volumes.push(n.to_string());
+            }
+        }
+    }
+    spec["volumes"] = volumes
+        .into_iter()
+        .map(|n| json!({"name": n, "emptyDir": {}}))
+        .collect();
     spec
 }
 

@@ -260,10 +260,79 @@ fn check_containers(
         place_scripts,
         platform_env: &platform_env,
     };
+    check_author_mounts(pod, settings)?;
     match view.task_spec().filter(|t| t.is_object()) {
         Some(task_spec) => check_composed(&steps, task_spec, view, policies, settings, &facts),
         None => check_shape(&steps, policies, settings, &facts),
     }
+}
+
+/// The author's containers (steps not bookend's, sidecars) mount neither bookend's volumes (the
+/// org's credentials, its scripts) nor Tekton's internal ones but as Tekton mounts them: the
+/// Pod shows what variables in mount names and StepActions' mounts, resolved after admission,
+/// came to.
+fn check_author_mounts(pod: &Value, settings: &Settings) -> Result<(), String> {
+    let org = format!("step-{}", settings.prefix);
+    let list = |key: &str| {
+        pod.pointer(key)
+            .and_then(Value::as_array)
+            .map_or(&[][..], Vec::as_slice)
+    };
+    // Native sidecars (Tekton's `enable-kubernetes-sidecar`) are init containers; Tekton's own
+    // init containers (prepare, place-scripts, working-dir-initializer) are checked as such.
+    let native_sidecars = list("/spec/initContainers")
+        .iter()
+        .filter(|c| name_of(c).starts_with("sidecar-"));
+    let mut step_index = 0usize;
+    for container in list("/spec/containers").iter().chain(native_sidecars) {
+        let name = name_of(container);
+        let step = name.starts_with("step-");
+        let own_index = step.then(|| {
+            step_index += 1;
+            step_index - 1
+        });
+        if name.starts_with(&org) {
+            continue;
+        }
+        for mount in container
+            .get("volumeMounts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let volume = name_of(mount);
+            let read_only = mount.get("readOnly") == Some(&Value::Bool(true));
+            let path = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
+            let refused = if volume.starts_with(settings.prefix.as_str()) {
+                Some("bookend's volume, only the org steps of its policy mount it")
+            } else if let Some(internal) = volume.strip_prefix("tekton-internal-") {
+                match (own_index, internal) {
+                    // A sidecar with a script reads it from Tekton's scripts volume; sidecars get
+                    // none of Tekton's other internal volumes (its results sidecar aside).
+                    (None, "scripts") if read_only => None,
+                    (None, _) if name != "sidecar-tekton-log-results" => Some(
+                        "one of Tekton's internal volumes, which no sidecar of the Task's mounts",
+                    ),
+                    (Some(i), run) if run.starts_with("run-") => {
+                        let writable_other = !read_only && run != format!("run-{i}");
+                        writable_other.then_some("another step's run directory, writable")
+                    }
+                    (Some(_), "scripts" | "bin" | "steps" | "debug-scripts") if !read_only => {
+                        Some("one of Tekton's internal volumes, writable")
+                    }
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            if let Some(why) = refused {
+                return Err(format!(
+                    "container {name} mounts {volume:?} at {path:?}: {why}"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn name_of(container: &Value) -> &str {
@@ -903,6 +972,114 @@ spec:
                 assert!(err.message.contains(says), "{what}: {err}");
             }
         }
+    }
+
+    #[test]
+    fn the_authors_containers_mount_neither_bookends_volumes_nor_tektons_writable() {
+        // What a StepAction's mounts or a variable in a mount name came to shows in the Pod only.
+        let (taskrun, pod) = admitted(inline());
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut p = pod.clone();
+            f(&mut p["spec"]);
+            p
+        };
+        let build = |spec: &Value| {
+            spec["containers"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|c| c["name"] == "step-build")
+                .unwrap()
+        };
+        let mount = |spec: &mut Value, i: usize, m: Value| {
+            spec["containers"][i]["volumeMounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(m)
+        };
+        let sidecar = |spec: &mut Value, key: &str, m: Value| {
+            let list = spec
+                .as_object_mut()
+                .unwrap()
+                .entry(key)
+                .or_insert_with(|| json!([]));
+            list.as_array_mut()
+                .unwrap()
+                .push(json!({"name": "sidecar-db", "image": "postgres", "volumeMounts": [m]}));
+        };
+        let refused: Vec<(&str, Value, &str)> = vec![
+            (
+                "a step mounts the org's volume",
+                with(&|s| {
+                    let i = build(s);
+                    mount(
+                        s,
+                        i,
+                        json!({"name": "bookend-registry", "mountPath": "/steal", "readOnly": true}),
+                    );
+                }),
+                "container step-build mounts \"bookend-registry\"",
+            ),
+            (
+                "a step writes another step's run directory",
+                with(&|s| {
+                    let i = build(s);
+                    mount(
+                        s,
+                        i,
+                        json!({"name": "tekton-internal-run-0", "mountPath": "/forge"}),
+                    );
+                }),
+                "another step's run directory",
+            ),
+            (
+                "a step writes Tekton's entrypoint",
+                with(&|s| {
+                    let i = build(s);
+                    mount(
+                        s,
+                        i,
+                        json!({"name": "tekton-internal-bin", "mountPath": "/bin2"}),
+                    );
+                }),
+                "writable",
+            ),
+            (
+                "a sidecar mounts Tekton's entrypoint",
+                with(&|s| {
+                    sidecar(
+                        s,
+                        "containers",
+                        json!({"name": "tekton-internal-bin", "mountPath": "/tekton/bin"}),
+                    )
+                }),
+                "which no sidecar",
+            ),
+            (
+                "a native sidecar mounts the org's volume",
+                with(&|s| {
+                    sidecar(
+                        s,
+                        "initContainers",
+                        json!({"name": "bookend-creds", "mountPath": "/c"}),
+                    )
+                }),
+                "container sidecar-db mounts \"bookend-creds\"",
+            ),
+        ];
+        for (what, pod, says) in refused {
+            let err = check(&pod, &taskrun).unwrap_err();
+            assert!(err.message.contains(says), "{what}: {err}");
+        }
+        // A sidecar with a script reads it as Tekton mounts it.
+        let scripted = with(&|s| {
+            sidecar(
+                s,
+                "containers",
+                json!({"name": "tekton-internal-scripts", "mountPath": "/tekton/scripts", "readOnly": true}),
+            )
+        });
+        assert_eq!(check(&scripted, &taskrun), Ok(Vec::new()));
     }
 
     #[test]
