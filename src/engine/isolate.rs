@@ -379,8 +379,14 @@ fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Resul
         for key in ["volumeMounts", "volumeDevices"] {
             for (j, mount) in list(holder.get(key)).iter().enumerate() {
                 let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-                // Tekton substitutes params into mount names before it builds the Pod.
-                if name.contains("$(") {
+                // Tekton substitutes params into mount names before it builds the Pod. A
+                // workspace's volume is Tekton's (a generated `ws-…` name), and workspace names
+                // are plain, so `$(workspaces.<name>.volume)` names no other volume.
+                let workspace_volume = name
+                    .strip_prefix("$(workspaces.")
+                    .and_then(|rest| rest.strip_suffix(".volume)"))
+                    .is_some_and(is_workspace_name);
+                if name.contains("$(") && !workspace_volume {
                     return Err(Denial::field(
                         format!("{path}.{key}[{j}].name"),
                         format!(

@@ -194,7 +194,15 @@ fn run_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
                 "debug",
                 json!({"breakpoints": {"beforeSteps": ["bookend-sbom"]}}),
             ),
-            ("params", json!([{"name": "mode", "value": "continue"}])),
+            (
+                "params",
+                json!([{"name": "mode", "value": "continue"}, {"name": "v", "value": "bookend-creds-vol"}]),
+            ),
+            (
+                "workspaces",
+                json!([{"name": "../tekton/bin", "emptyDir": {}}]),
+            ),
+            ("workspaces", json!([{"name": "src", "emptyDir": {}}])),
         ],
         0..3,
     )
@@ -237,6 +245,8 @@ fn workspaces() -> impl Strategy<Value = Option<Value>> {
         Just(json!([{"name": "src", "mountPath": "$(params.p)"}])),
         Just(json!([{"name": "src", "mountPath": "/go"}])),
         Just(json!([{"name": "src", "mountPath": "/workspace/src"}])),
+        Just(json!([{"name": "../tekton/bin"}])),
+        Just(json!([{"name": "../usr/bin", "mountPath": "/workspace/x"}])),
     ])
 }
 
@@ -251,6 +261,12 @@ fn sidecars() -> impl Strategy<Value = Option<Value>> {
         ),
         Just(
             json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "w", "mountPath": "/tekton/run/0"}]}])
+        ),
+        Just(
+            json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "$(params.v)", "mountPath": "/x"}]}])
+        ),
+        Just(
+            json!([{"name": "s", "image": "x", "volumeMounts": [{"name": "$(workspaces.src.volume)", "mountPath": "/x"}]}])
         ),
     ])
 }

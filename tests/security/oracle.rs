@@ -516,6 +516,49 @@ fn check_run_fields(admitted: &Value, set: &PolicySet, applied: &[&Policy]) -> R
             }
         }
     }
+    // Workspace names become paths (/workspace/<name>) in every step.
+    let plain = |name: &str| {
+        !name.is_empty()
+            && !name.contains("..")
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    for w in spec["workspaces"]
+        .as_array()
+        .into_iter()
+        .chain(spec["taskSpec"]["workspaces"].as_array())
+        .flatten()
+    {
+        let name = w["name"].as_str().unwrap_or("");
+        if !plain(name) {
+            return Err(format!("a workspace named {name:?}"));
+        }
+    }
+    // Mount names Tekton substitutes could name any volume; a workspace's volume is Tekton's.
+    let holders = spec["taskSpec"]["steps"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .chain(
+            spec["taskSpec"]["sidecars"]
+                .as_array()
+                .into_iter()
+                .flatten(),
+        )
+        .chain(std::iter::once(&spec["taskSpec"]["stepTemplate"]));
+    for holder in holders {
+        for m in holder["volumeMounts"].as_array().into_iter().flatten() {
+            let name = m["name"].as_str().unwrap_or("");
+            let workspace_volume = name
+                .strip_prefix("$(workspaces.")
+                .and_then(|r| r.strip_suffix(".volume)"))
+                .is_some_and(plain);
+            if name.contains("$(") && !workspace_volume {
+                return Err(format!("a mount named {name:?}"));
+            }
+        }
+    }
     for w in spec["taskSpec"]["workspaces"]
         .as_array()
         .into_iter()

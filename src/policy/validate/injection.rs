@@ -9,11 +9,15 @@
 //! step through `env` (`env: [{name: URL, value: "$(params.url)"}]`, then `"$URL"` in the
 //! script), where they stay data.
 //!
-//! Checked: `script`; in `command` + `args`, read past wrappers (`env`, `timeout`, `nice`,
-//! `busybox`, …), the program, the inline code of a shell (`-c`) or an interpreter (`python -c`,
-//! `node -e`, `perl -e`, `ruby -e`, `php -r`, an `awk` program), and the script file a shell or
-//! interpreter runs; `image`, `workingDir`, `when` and `onError`, which choose what runs, where,
-//! whether, and whether its failure counts. Other arguments are data to the program.
+//! Checked: `script`; every element of `command` and `args` (whether a program takes an argument
+//! as data or as code — a shell's `-c`, an interpreter's inline code, a script file, an
+//! args-only step whose image runs a shell, a wrapper bookend does not know — cannot be told from
+//! outside, so an allow-list: none carries an author value), including the author values
+//! Kubernetes expands into them from `env` (`$(NAME)`); `image`, `workingDir`, `when` and
+//! `onError`, which choose what runs, where, whether, and whether its failure counts; the `env`
+//! variables runtimes read as code or as where code is found (`BASH_ENV`, `LD_PRELOAD`, `PATH`,
+//! `NODE_OPTIONS`, …), which may not carry author values; and `envFrom`, which lets the
+//! namespace's object choose variable names. Author values stay data in other `env` values.
 
 use std::collections::BTreeSet;
 
@@ -40,9 +44,29 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
             at.field_index("args", i - command.len())
         }
     };
-    for (i, place) in code_positions(&argv, !command.is_empty()) {
-        report(place, &path_of(i), argv[i], own_steps, errs);
+    // Where bookend can tell what an argument is, the message says so; the rule is the same for
+    // every argument. (Without `command`, the image's entrypoint runs `args`; read as a command
+    // line, which is what an image whose CMD is a shell makes of them.)
+    let places = code_positions(&argv, true);
+    let author_env = author_valued_env(step, own_steps);
+    for (i, text) in argv.iter().enumerate() {
+        let place = places
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map_or(Place::Argument, |(_, p)| *p);
+        report(place, &path_of(i), text, own_steps, errs);
+        if let Some((name, why)) =
+            expansions(text).find_map(|n| author_env.iter().find(|(e, _)| *e == n).copied())
+        {
+            errs.add(
+                &path_of(i),
+                format!(
+                    "Kubernetes expands $({name}) here, and env {name} {why}, so the argument is theirs and bookend cannot know whether the program takes it as code; read {name} from the environment in the program or the script (\"${name}\") instead of expanding it into the command line"
+                ),
+            );
+        }
     }
+    check_env(step, at, &author_env, errs);
     for (i, when) in step.when.iter().flatten().enumerate() {
         let text = serde_json::to_string(when).unwrap_or_default();
         report(
@@ -76,6 +100,141 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
     }
 }
 
+/// Environment variables that runtimes read as code, or as where code is found: a value the
+/// TaskRun's author (or the namespace) chooses would choose the code of the org step.
+const CODE_ENV: &[&str] = &[
+    "BASH_ENV",
+    "ENV",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PROMPT_COMMAND",
+    "PS4",
+    "IFS",
+    "PATH",
+    "HOME",
+    "XDG_CONFIG_HOME",
+    "LD_PRELOAD",
+    "LD_LIBRARY_PATH",
+    "LD_AUDIT",
+    "PYTHONPATH",
+    "PYTHONSTARTUP",
+    "PYTHONHOME",
+    "PYTHONUSERBASE",
+    "NODE_OPTIONS",
+    "NODE_PATH",
+    "PERL5OPT",
+    "PERL5LIB",
+    "PERLLIB",
+    "RUBYOPT",
+    "RUBYLIB",
+    "GEM_PATH",
+    "JAVA_TOOL_OPTIONS",
+    "_JAVA_OPTIONS",
+    "JDK_JAVA_OPTIONS",
+    "CLASSPATH",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_EXEC_PATH",
+    "GIT_ASKPASS",
+    "GIT_EDITOR",
+    "GIT_PAGER",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_TEMPLATE_DIR",
+    "SSH_ASKPASS",
+    "EDITOR",
+    "VISUAL",
+    "PAGER",
+    "LESSOPEN",
+    "LESSCLOSE",
+];
+
+/// Whether the runtimes read the variable `name` as code (or as where code is found).
+fn is_code_env(name: &str) -> bool {
+    CODE_ENV.contains(&name) || name.starts_with("GIT_CONFIG") || name.starts_with("LD_")
+}
+
+/// The step's env variables whose values the TaskRun's author (or the namespace) chooses, with
+/// why: an author variable in the value, a value from the namespace's ConfigMap or Secret, the
+/// Pod's labels or annotations (Tekton copies the TaskRun's), or an earlier such variable
+/// Kubernetes expands into it.
+fn author_valued_env<'s>(
+    step: &'s Step,
+    own_steps: &BTreeSet<&str>,
+) -> Vec<(&'s str, &'static str)> {
+    let mut found: Vec<(&str, &'static str)> = Vec::new();
+    for var in step.env.iter().flatten() {
+        let why = if let Some(value) = &var.value {
+            if references(value).any(|r| author_controlled(r, own_steps)) {
+                Some("holds a value the TaskRun's author chooses")
+            } else if expansions(value).any(|n| found.iter().any(|(e, _)| *e == n)) {
+                Some("expands a variable whose value the TaskRun's author chooses")
+            } else {
+                None
+            }
+        } else if let Some(from) = &var.value_from {
+            if from.config_map_key_ref.is_some() || from.secret_key_ref.is_some() {
+                Some("is read from an object in the TaskRun's namespace, which its users can write")
+            } else if from.field_ref.as_ref().is_some_and(|f| {
+                f.field_path.starts_with("metadata.labels")
+                    || f.field_path.starts_with("metadata.annotations")
+            }) {
+                Some(
+                    "is read from the Pod's labels or annotations, which Tekton copies from the TaskRun",
+                )
+            } else {
+                None
+            }
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            found.push((var.name.as_str(), why));
+        }
+    }
+    found
+}
+
+/// The names Kubernetes expands in a command, an argument or an env value: `$(NAME)`, not the
+/// escaped `$$(NAME)`.
+fn expansions(text: &str) -> impl Iterator<Item = &str> {
+    text.match_indices("$(").filter_map(move |(i, _)| {
+        if text[..i].ends_with('$') {
+            return None;
+        }
+        let inner = &text[i + 2..];
+        let name = &inner[..inner.find(')')?];
+        (!name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
+        .then_some(name)
+    })
+}
+
+/// Env variables runtimes read as code carry no author value; `envFrom` names no variables.
+fn check_env(step: &Step, at: &FieldPath, author_env: &[(&str, &'static str)], errs: &mut Errors) {
+    for (i, var) in step.env.iter().flatten().enumerate() {
+        if !is_code_env(&var.name) {
+            continue;
+        }
+        if let Some((_, why)) = author_env.iter().find(|(n, _)| *n == var.name) {
+            errs.add(
+                &at.field_index("env", i),
+                format!(
+                    "{} {why}, and runtimes read {} as code (or as where code is found: a shell's startup file, preloaded libraries, the program search path, interpreter options), so the author would choose the code this org step runs; set it literally",
+                    var.name, var.name
+                ),
+            );
+        }
+    }
+    for (i, _) in step.env_from.iter().flatten().enumerate() {
+        errs.add(
+            &at.field_index("envFrom", i),
+            "envFrom lets the object in the TaskRun's namespace choose the variables' names, among them ones runtimes read as code (BASH_ENV, LD_PRELOAD, PATH, NODE_OPTIONS); name each variable with env[].valueFrom instead",
+        );
+    }
+}
+
 /// An org step must not run code from a volume whose content Kubernetes takes from the
 /// TaskRun's namespace (a ConfigMap, a Secret, a PersistentVolumeClaim, a projection of
 /// them), where the TaskRun's author can write it: its program, the script file a shell or
@@ -97,9 +256,18 @@ pub(super) fn check_code_from_namespace(
             p.sources
                 .iter()
                 .flatten()
-                .any(|s| s.config_map.is_some() || s.secret.is_some())
+                .any(|s| s.config_map.is_some() || s.secret.is_some() || s.downward_api.is_some())
         }) {
-            Some("a projection of ConfigMaps or Secrets")
+            Some("a projection of ConfigMaps, Secrets or the Pod's metadata")
+        } else if v.downward_api.is_some() {
+            // The Pod's labels and annotations are the TaskRun's (Tekton copies them).
+            Some("the Pod's metadata (its labels and annotations are the TaskRun's)")
+        } else if v.ephemeral.as_ref().is_some_and(|e| {
+            e.volume_claim_template
+                .as_ref()
+                .is_some_and(|t| t.spec.data_source.is_some() || t.spec.data_source_ref.is_some())
+        }) {
+            Some("a claim filled from a data source")
         } else {
             None
         }
@@ -125,31 +293,109 @@ pub(super) fn check_code_from_namespace(
             path == mount || path.starts_with(&format!("{mount}/"))
         })
     };
-    let mut places: Vec<(FieldPath, &str)> = code_positions(&argv, !command.is_empty())
-        .into_iter()
-        .filter(|(_, place)| matches!(place, Place::Program | Place::ScriptFile))
-        .map(|(i, _)| {
-            let path = if i < command.len() {
-                at.field_index("command", i)
-            } else {
-                at.field_index("args", i - command.len())
-            };
-            (path, argv[i])
-        })
-        .collect();
+    let path_of = |i: usize| {
+        if i < command.len() {
+            at.field_index("command", i)
+        } else {
+            at.field_index("args", i - command.len())
+        }
+    };
+    let mut places: Vec<(FieldPath, &str)> = Vec::new();
+    for (i, place) in code_positions(&argv, true) {
+        match place {
+            Place::Program | Place::ScriptFile => places.push((path_of(i), argv[i])),
+            // The programs and sourced files of a `-c` script.
+            Place::ShellArg => places.extend(
+                shell_programs(argv[i])
+                    .into_iter()
+                    .map(|word| (path_of(i), word)),
+            ),
+            _ => {}
+        }
+    }
+    if let Some(script) = &step.script
+        && !script.starts_with("#!")
+    {
+        places.extend(
+            shell_programs(script)
+                .into_iter()
+                .map(|word| (at.field("script"), word)),
+        );
+    }
+    // Mounted where programs and libraries are looked for, the volume's files are run by name.
+    for (i, mount) in step.volume_mounts.iter().flatten().enumerate() {
+        let path = mount.mount_path.trim_end_matches('/');
+        let system = path.is_empty()
+            || [
+                "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/etc", "/opt",
+            ]
+            .iter()
+            .any(|dir| path == *dir || path.starts_with(&format!("{dir}/")));
+        if system
+            && mounts
+                .iter()
+                .any(|(_, name, _)| *name == mount.name.as_str())
+        {
+            places.push((at.field_index("volumeMounts", i), mount.mount_path.as_str()));
+        }
+    }
     if let Some(dir) = &step.working_dir {
         places.push((at.field("workingDir"), dir.as_str()));
+    }
+    // A variable read as code (or as where code is found) that names a place in the volume:
+    // `PATH=/cm:$PATH`, `BASH_ENV=/cm/env.sh`, `LD_PRELOAD=/cm/x.so`.
+    for (i, var) in step.env.iter().flatten().enumerate() {
+        if is_code_env(&var.name)
+            && let Some(value) = &var.value
+            && let Some(path) = value
+                .split([':', ';', ' ', '=', ','])
+                .find(|part| under(part).is_some())
+        {
+            places.push((at.field_index("env", i), path));
+        }
     }
     for (path, text) in places {
         if let Some((_, name, what)) = under(text) {
             errs.add(
                 &path,
                 format!(
-                    "{text:?} is in volume {name:?}, {what} that Kubernetes reads from the TaskRun's namespace, where the TaskRun's author can write it, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep namespace volumes for data"
+                    "{text:?} is in volume {name:?}, {what}, whose content the TaskRun's author (or another user of its namespace) can write, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep namespace volumes for data"
                 ),
             );
         }
     }
+}
+
+/// The words of shell code that name code: each simple command's program (past assignments,
+/// keywords and `exec`/`command`/`env`-like prefixes) and the file `.`/`source` or a shell or
+/// interpreter runs. A reading, not a parser: enough for the forms a policy writes.
+fn shell_programs(code: &str) -> Vec<&str> {
+    const KEYWORDS: &[&str] = &[
+        "then", "do", "else", "elif", "if", "while", "until", "!", "{", "exec", "command", "nohup",
+        "time", "env", "sudo", "eval", "xargs",
+    ];
+    let mut words = Vec::new();
+    for command in code.split(['\n', ';', '&', '|', '(', ')', '`']) {
+        let mut tokens = command
+            .split_whitespace()
+            .map(|t| t.trim_matches(['"', '\'']))
+            .skip_while(|t| {
+                KEYWORDS.contains(t)
+                    || (t.contains('=') && !t.starts_with('-') && !t.starts_with('/'))
+            });
+        let Some(program) = tokens.next() else {
+            continue;
+        };
+        let name = program.rsplit('/').next().unwrap_or(program);
+        let runs_a_file = matches!(name, "." | "source")
+            || SHELLS.contains(&name)
+            || INTERPRETERS.iter().any(|(p, _)| *p == name);
+        words.push(program);
+        if runs_a_file && let Some(file) = tokens.find(|t| !t.starts_with('-')) {
+            words.push(file);
+        }
+    }
+    words
 }
 
 /// Where a variable was found, which decides the message.
@@ -162,6 +408,8 @@ enum Place {
     /// The script file a shell or interpreter runs.
     ScriptFile,
     Program,
+    /// Any other argument: the program's to interpret.
+    Argument,
     Image,
     WorkingDir,
     When,
@@ -202,6 +450,9 @@ fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, 
         ),
         Place::Program => format!(
             "the program uses {list}, which the TaskRun's author controls, so the author would choose the program this org step runs; write the program literally, and pass values it needs through env ({via_env})"
+        ),
+        Place::Argument => format!(
+            "the argument uses {list}, which the TaskRun's author controls: Tekton pastes the value in before the step runs, and whether the program takes the argument as data or as code (a shell's script, an interpreter's code, the file it runs) cannot be told from outside, so no argument of an org step carries the author's values; pass it through env instead: {via_env}, and read it from the environment in the program or a script (\"${env}\")"
         ),
         Place::When => format!(
             "when uses {list}, which the TaskRun's author controls, so the author would decide whether this org step runs; org steps run unconditionally (or on conditions of the policy's own steps' results)"
@@ -690,7 +941,64 @@ mod tests {
             .len(),
             1
         );
+        // Sourced or run by a script, run by a `-c` script, run by name from a mount on the
+        // program search path (found by a reviewer trying to break the claim).
+        let mut sourced = shell(&[], &[]);
+        sourced.command = None;
+        sourced.script = Some(". /bookend/scripts/env.sh\nwget --post-file x \"$URL\"\n".into());
+        sourced.volume_mounts = Some(vec![VolumeMount {
+            name: "bookend-scripts".into(),
+            mount_path: "/bookend/scripts".into(),
+            ..Default::default()
+        }]);
+        let mut errs = Errors::new();
+        check_code_from_namespace(
+            &sourced,
+            &volumes,
+            &FieldPath::new("spec").field_index("preSteps", 0),
+            &mut errs,
+        );
+        assert_eq!(
+            errs.into_vec()[0].path.to_string(),
+            "spec.preSteps[0].script"
+        );
+        for (command, args, mount, at) in [
+            (
+                &["/bin/sh", "-c", "set -e; /bookend/scripts/upload.sh"][..],
+                &[][..],
+                "/bookend/scripts",
+                "command[2]",
+            ),
+            (
+                &["sh", "-c", "FOO=1 bash /bookend/scripts/x"],
+                &[],
+                "/bookend/scripts",
+                "command[2]",
+            ),
+            (&["upload"], &[], "/usr/local/bin", "volumeMounts[0]"),
+            (&["/upload"], &[], "/etc/ld.so.preload.d", "volumeMounts[0]"),
+        ] {
+            let found = check(command, args, ("bookend-scripts", mount));
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.starts_with(&format!("spec.preSteps[0].{at}:"))),
+                "{command:?}: {found:?}"
+            );
+        }
         // Data from it, or code from an emptyDir: fine.
+        assert!(
+            check(
+                &[
+                    "sh",
+                    "-c",
+                    "cp /bookend/scripts/config.json /tmp && upload /tmp/config.json"
+                ],
+                &[],
+                ("bookend-scripts", "/bookend/scripts")
+            )
+            .is_empty()
+        );
         assert!(
             check(
                 &["/bin/upload"],
@@ -710,43 +1018,149 @@ mod tests {
     }
 
     #[test]
-    fn values_passed_as_data_are_not_flagged() {
-        let safe: &[(&[&str], &[&str])] = &[
-            // Positional parameters after the script are data to the shell.
+    fn no_argument_carries_an_author_value_whatever_the_program() {
+        // Whether a program takes an argument as code cannot be told from outside; each of these
+        // was found by a reviewer trying to break a list of known shells and interpreters.
+        let cases: &[(&[&str], &[&str])] = &[
+            // Args-only: alpine's CMD is /bin/sh, which runs args[0].
+            (&[], &["echo report $(params.x)"]),
+            (&["mksh", "-c"], &["$(params.x)"]),
+            (&["fish", "-c"], &["$(params.x)"]),
+            (&["chrt", "10", "sh", "-c"], &["$(params.x)"]),
+            (&["time", "-f", "%e s", "sh", "-c"], &["$(params.x)"]),
+            (&["taskset", "0x1", "sh", "-c"], &["$(params.x)"]),
+            (&["gosu", "nobody", "sh", "-c"], &["$(params.x)"]),
+            (&["flock", "/tmp/l", "sh", "-c"], &["$(params.x)"]),
+            (&["su", "nobody", "-c"], &["$(params.x)"]),
+            (&["perl", "-e", "1", "-e"], &["system('$(params.x)')"]),
+            (&["pypy3", "-c"], &["$(params.x)"]),
+            (&["Rscript", "-e"], &["system('$(params.x)')"]),
+            // Positional parameters, plain arguments: data to these programs, but the rule is
+            // one for all.
             (&["sh", "-c", r#"curl "$1""#, "sh", "$(params.url)"], &[]),
-            // Not a shell: an argument, not code.
             (&["curl"], &["$(params.url)"]),
-            (&["python3", "-c", "print(1)"], &["$(params.url)"]),
-            // A shell without -c reads a file.
-            (&["sh", "/scripts/run.sh"], &["$(params.url)"]),
-            // Safe variables in the script.
-            (
-                &["sh", "-c"],
-                &[
-                    "echo $(context.taskRun.name) $(steps.bookend-setup.results.t) $(steps.build.exitCode.path) > $(results.r.path)",
-                ],
-            ),
         ];
-        for (command, args) in safe {
-            assert_eq!(
-                run(&shell(command, args)),
-                Vec::<String>::new(),
-                "{command:?} {args:?}"
+        for (command, args) in cases {
+            let mut step = shell(command, args);
+            if command.is_empty() {
+                step.command = None;
+            }
+            let found = run(&step);
+            assert_eq!(found.len(), 1, "{command:?} {args:?}: {found:?}");
+            assert!(
+                found[0].contains("which the TaskRun's author controls"),
+                "{command:?} {args:?}: {found:?}"
             );
         }
-        // In env, a value is data.
+        // Safe variables anywhere.
+        let safe = shell(
+            &["sh", "-c"],
+            &[
+                "echo $(context.taskRun.name) $(steps.bookend-setup.results.t) $(steps.build.exitCode.path) > $(results.r.path)",
+            ],
+        );
+        assert_eq!(run(&safe), Vec::<String>::new());
+    }
+
+    #[test]
+    fn env_carries_author_values_as_data_only() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapEnvSource, ConfigMapKeySelector, EnvFromSource, EnvVar, EnvVarSource,
+            ObjectFieldSelector,
+        };
+        let var = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        let from = |name: &str, source: EnvVarSource| EnvVar {
+            name: name.into(),
+            value_from: Some(source),
+            ..Default::default()
+        };
+        // In env, read by the script: data.
         let mut step = shell(&["sh", "-c"], &[r#"curl "$URL""#]);
-        step.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
-            name: "URL".into(),
-            value: Some("$(params.url)".into()),
+        step.env = Some(vec![var("URL", "$(params.url)")]);
+        assert!(run(&step).is_empty());
+        // Expanded by Kubernetes into the command line: the author's argument again, also
+        // through a second variable, from the namespace's ConfigMap, or from the Pod's
+        // annotations; the escaped form is literal.
+        let config_map = EnvVarSource {
+            config_map_key_ref: Some(ConfigMapKeySelector {
+                name: "settings".into(),
+                key: "url".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let annotation = EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: "metadata.annotations['ci/url']".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        for (env, arg) in [
+            (vec![var("URL", "$(params.url)")], "curl $(URL)"),
+            (
+                vec![var("URL", "$(params.url)"), var("CMD", "curl $(URL)")],
+                "$(CMD)",
+            ),
+            (vec![from("URL", config_map.clone())], "curl $(URL)"),
+            (vec![from("URL", annotation)], "curl $(URL)"),
+        ] {
+            let mut step = shell(&["sh", "-c"], &[arg]);
+            step.env = Some(env.clone());
+            let found = run(&step);
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.starts_with("spec.preSteps[0].args[0]: Kubernetes expands")),
+                "{env:?} {arg}: {found:?}"
+            );
+        }
+        let mut literal = shell(&["sh", "-c"], &["echo $$(URL)"]);
+        literal.env = Some(vec![var("URL", "$(params.url)")]);
+        assert!(run(&literal).is_empty());
+        // Variables runtimes read as code: no author value.
+        for (env, at) in [
+            (var("BASH_ENV", "$(workspaces.src.path)/env.sh"), "env[0]"),
+            (var("NODE_OPTIONS", "--require $(params.hook)"), "env[0]"),
+            (var("LD_PRELOAD", "$(params.lib)"), "env[0]"),
+            (var("GIT_CONFIG_VALUE_0", "$(params.ssh)"), "env[0]"),
+            (from("PATH", config_map), "env[0]"),
+        ] {
+            let mut step = shell(&["/upload"], &[]);
+            step.env = Some(vec![env.clone()]);
+            let found = run(&step);
+            assert!(
+                found.iter().any(|f| f
+                    .starts_with(&format!("spec.preSteps[0].{at}: {}", env.name))
+                    && f.contains("as code")),
+                "{env:?}: {found:?}"
+            );
+        }
+        let mut step = shell(&["/upload"], &[]);
+        step.env = Some(vec![var("PATH", "/usr/local/bin:/usr/bin:/bin")]);
+        assert!(run(&step).is_empty());
+        // envFrom: the namespace's object names the variables.
+        step.env_from = Some(vec![EnvFromSource {
+            config_map_ref: Some(ConfigMapEnvSource {
+                name: "settings".into(),
+                ..Default::default()
+            }),
             ..Default::default()
         }]);
-        assert!(run(&step).is_empty());
+        let found = run(&step);
+        assert!(
+            found[0].starts_with("spec.preSteps[0].envFrom[0]: envFrom lets"),
+            "{found:?}"
+        );
     }
 
     #[test]
     fn image_program_and_working_dir_are_refused_with_their_own_message() {
-        let mut step = shell(&["$(params.tool)"], &["$(params.url)"]);
+        let mut step = shell(&["$(params.tool)"], &["--verbose"]);
         step.image = Some("registry/$(params.image):1".into());
         step.working_dir = Some("$(workspaces.source.path)".into());
         assert_eq!(

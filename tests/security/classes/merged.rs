@@ -329,5 +329,59 @@ pub fn cases() -> Vec<Case> {
         taskrun: big,
         expect: Expect::Denied("the stepTemplate would add about"),
     });
+    // Found by a reviewer trying to break the claim (round 2).
+    let workspace = |name: &str| {
+        let mut t = inline(json!([build_step()]));
+        t["spec"]["workspaces"] = json!([{"name": name, "emptyDir": {}}]);
+        t
+    };
+    for name in ["../tekton/bin", "../usr/bin", "../tekton/steps"] {
+        cases.push(Case {
+            name: Box::leak(format!("merged/a bound workspace named {name}").into_boxed_str()),
+            namespace: "team-a",
+            taskrun: workspace(name),
+            expect: Expect::Denied("spec.workspaces[0].name"),
+        });
+    }
+    let mut declared = workspace("src");
+    declared["spec"]["taskSpec"]["workspaces"] = json!([{"name": "../tekton/bin"}]);
+    cases.push(Case {
+        name: "merged/a declared workspace named ../tekton/bin",
+        namespace: "team-a",
+        taskrun: declared,
+        expect: Expect::Denied("spec.taskSpec.workspaces[0]"),
+    });
+    let mut substituted = inline(
+        json!([{"name": "build", "image": "golang", "script": "go build",
+        "volumeMounts": [{"name": "$(params.vol)", "mountPath": "/steal"}]}]),
+    );
+    substituted["spec"]["params"] = json!([{"name": "vol", "value": "bookend-creds-vol"}]);
+    cases.push(Case {
+        name: "merged/a mount name Tekton substitutes from a param",
+        namespace: "team-a",
+        taskrun: substituted,
+        expect: Expect::Denied("substitutes variables into mount names"),
+    });
+    let mut sidecar = workspace("signals");
+    sidecar["spec"]["taskSpec"]["workspaces"] = json!([{"name": "signals"}]);
+    sidecar["spec"]["taskSpec"]["sidecars"] = json!([{"name": "watch", "image": "busybox",
+        "script": "true", "volumeMounts": [{"name": "$(workspaces.signals.volume)", "mountPath": "/signals"}]}]);
+    cases.push(Case {
+        name: "merged/a sidecar mounts its workspace's volume by variable (Tekton's example)",
+        namespace: "team-a",
+        taskrun: sidecar,
+        expect: Expect::Injected,
+    });
+    let mut long = inline(
+        json!([{"name": "build", "image": "golang", "script": "go build",
+        "env": (0..1000).map(|i| json!({"name": format!("V{i}"), "value": "x"})).collect::<Vec<_>>()}]),
+    );
+    long["spec"]["taskSpec"]["stepTemplate"] = json!({"env": [{"name": "A", "value": "b"}]});
+    cases.push(Case {
+        name: "merged/a step's long env list under a stepTemplate (merge cost)",
+        namespace: "team-a",
+        taskrun: long,
+        expect: Expect::Denied("env entries"),
+    });
     cases
 }
