@@ -14,7 +14,9 @@ use crate::scenarios::Ctx;
 
 /// A namespace with one policy: a pre-step and a post-step.
 pub const TAMPER: &str = "rt-tamper";
-pub const NAMESPACES: [&str; 1] = [TAMPER];
+/// A namespace whose policy's pre-step has a volume of its own (the org's credentials).
+pub const STEAL: &str = "rt-steal";
+pub const NAMESPACES: [&str; 2] = [TAMPER, STEAL];
 
 fn pre() -> Value {
     step("bookend-tamper-pre", "")
@@ -25,10 +27,19 @@ fn post() -> Value {
 }
 
 pub fn policies() -> Vec<Value> {
-    vec![cluster_policy(
-        "rt-tamper",
-        json!({"match": {"namespaces": [TAMPER]}, "preSteps": [pre()], "postSteps": [post()]}),
-    )]
+    let mut creds = step("bookend-steal-creds", "echo secret > /creds/token");
+    creds["volumeMounts"] = json!([{"name": "bookend-steal-creds", "mountPath": "/creds"}]);
+    vec![
+        cluster_policy(
+            "rt-tamper",
+            json!({"match": {"namespaces": [TAMPER]}, "preSteps": [pre()], "postSteps": [post()]}),
+        ),
+        cluster_policy(
+            "rt-steal",
+            json!({"match": {"namespaces": [STEAL]}, "preSteps": [creds],
+                   "volumes": [{"name": "bookend-steal-creds", "emptyDir": {}}]}),
+        ),
+    ]
 }
 
 /// Removes bookend's TaskRun webhook entries (the mutation and the backstop), runs `check`, and
@@ -154,6 +165,36 @@ pub fn scenario_tampered_pods(ctx: &mut Ctx) -> String {
     checks.check("a forged org step: the Pod is refused", || {
         refused(forged, &["the TaskRun's steps are not what bookend writes"])
     });
+
+    // The author's StepAction mounts the org's volume: the mount name is a param Tekton
+    // substitutes when it resolves the StepAction, after admission; the Pod shows it.
+    env.kubectl.apply(&json!({
+        "apiVersion": "tekton.dev/v1beta1",
+        "kind": "StepAction",
+        "metadata": {"name": "steal", "namespace": STEAL},
+        "spec": {
+            "image": crate::node::BUSYBOX,
+            "params": [{"name": "vol", "type": "string"}],
+            "command": ["/bin/sh", "-c"],
+            "args": ["cat /steal/token"],
+            "volumeMounts": [{"name": "$(params.vol)", "mountPath": "/steal"}],
+        },
+    }));
+    let stealing = env.run_one(&taskrun(
+        STEAL,
+        "stepaction",
+        json!({"steps": [{"name": "build", "ref": {"name": "steal"},
+                          "params": [{"name": "vol", "value": "bookend-steal-creds"}]}]}),
+    ));
+    checks.check(
+        "the author's StepAction mounts the org's volume: the Pod is refused",
+        || {
+            refused(
+                &stealing,
+                &["container step-build mounts \"bookend-steal-creds\""],
+            )
+        },
+    );
 
     // A running Pod: its org post-step's image cannot be changed before it starts.
     let (name, _) = env.start(&taskrun(
