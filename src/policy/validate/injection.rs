@@ -31,8 +31,12 @@ pub const SHELLS: &[&str] = &["sh", "bash", "ash", "dash", "zsh", "ksh"];
 /// The author-controlled variables in `step`'s shell strings, image, program and workingDir.
 /// `own_steps` are the policy's step names, whose results the policy itself writes.
 pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, errs: &mut Errors) {
+    // In code, a result of the policy's own step is text too: written at run time from what
+    // that step read (a param it was given through env, a file of the workspace), pasted in by
+    // Tekton's entrypoint. Elsewhere (conditions, env) it is the policy's value.
+    let in_code = BTreeSet::new();
     if let Some(script) = &step.script {
-        report(Place::Script, &at.field("script"), script, own_steps, errs);
+        report(Place::Script, &at.field("script"), script, &in_code, errs);
     }
     let command = step.command.as_deref().unwrap_or_default();
     let args = step.args.as_deref().unwrap_or_default();
@@ -54,9 +58,10 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
             .iter()
             .find(|(j, _)| *j == i)
             .map_or(Place::Argument, |(_, p)| *p);
-        report(place, &path_of(i), text, own_steps, errs);
-        if let Some((name, why)) =
-            expansions(text).find_map(|n| author_env.iter().find(|(e, _)| *e == n).copied())
+        report(place, &path_of(i), text, &in_code, errs);
+        if let Some((name, why)) = expansions(text)
+            .into_iter()
+            .find_map(|n| author_env.iter().find(|(e, _)| *e == n).copied())
         {
             errs.add(
                 &path_of(i),
@@ -67,6 +72,51 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
         }
     }
     check_env(step, at, &author_env, errs);
+    for (i, mount) in step.volume_mounts.iter().flatten().enumerate() {
+        if let Some(expr) = &mount.sub_path_expr
+            && let Some((name, why)) = expansions(expr)
+                .into_iter()
+                .find_map(|n| author_env.iter().find(|(e, _)| *e == n).copied())
+        {
+            errs.add(
+                &at.field_index("volumeMounts", i).field("subPathExpr"),
+                format!(
+                    "Kubernetes expands $({name}) here, and env {name} {why}, so the author would choose which part of the volume this org step mounts; write subPath literally"
+                ),
+            );
+        }
+    }
+    // Every other field Tekton substitutes into (mount paths and subPaths, the output files,
+    // imagePullPolicy, securityContext, resources, timeout, env sources, …): no author value.
+    // `env[].value` is data (checked above for names that are code); `ref` and `params` are
+    // the StepAction's (checked where StepActions are).
+    if let Ok(serde_json::Value::Object(fields)) = serde_json::to_value(step) {
+        for (key, value) in &fields {
+            if matches!(
+                key.as_str(),
+                "name"
+                    | "script"
+                    | "command"
+                    | "args"
+                    | "when"
+                    | "onError"
+                    | "image"
+                    | "workingDir"
+                    | "ref"
+                    | "params"
+            ) {
+                continue;
+            }
+            let mut leaves = Vec::new();
+            string_leaves(value, at.field(key), &mut leaves);
+            for (path, text) in leaves {
+                if key == "env" && path.as_str().ends_with(".value") {
+                    continue;
+                }
+                report(Place::Field, &path, text, own_steps, errs);
+            }
+        }
+    }
     for (i, when) in step.when.iter().flatten().enumerate() {
         let text = serde_json::to_string(when).unwrap_or_default();
         report(
@@ -97,6 +147,46 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
             own_steps,
             errs,
         );
+    }
+}
+
+/// The string values under `value`, with their paths.
+fn string_leaves<'v>(
+    value: &'v serde_json::Value,
+    at: FieldPath,
+    out: &mut Vec<(FieldPath, &'v str)>,
+) {
+    match value {
+        serde_json::Value::String(s) => out.push((at, s)),
+        serde_json::Value::Array(items) => {
+            for (i, item) in items.iter().enumerate() {
+                string_leaves(item, at.index(i), out);
+            }
+        }
+        serde_json::Value::Object(fields) => {
+            for (k, v) in fields {
+                string_leaves(v, at.field(k), out);
+            }
+        }
+        _ => {}
+    }
+}
+
+/// The policy's volumes: Tekton substitutes params into a Task's volumes (a ConfigMap's or
+/// Secret's name, a claim), so an author value would choose what the org steps mount.
+pub(super) fn check_volumes(
+    volumes: &[k8s_openapi::api::core::v1::Volume],
+    at: &FieldPath,
+    errs: &mut Errors,
+) {
+    for (i, volume) in volumes.iter().enumerate() {
+        if let Ok(value) = serde_json::to_value(volume) {
+            let mut leaves = Vec::new();
+            string_leaves(&value, at.index(i), &mut leaves);
+            for (path, text) in leaves {
+                report(Place::Field, &path, text, &BTreeSet::new(), errs);
+            }
+        }
     }
 }
 
@@ -146,11 +236,110 @@ const CODE_ENV: &[&str] = &[
     "PAGER",
     "LESSOPEN",
     "LESSCLOSE",
+    "GIT_PROXY_COMMAND",
+    "GIT_SEQUENCE_EDITOR",
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_COMMON_DIR",
+    "ZDOTDIR",
+    "INPUTRC",
+    "LUA_INIT",
+    "LUA_PATH",
+    "LUA_CPATH",
+    "GCONV_PATH",
+    "KUBECONFIG",
+    "DOCKER_CONFIG",
+    "DOCKER_HOST",
+    "OPENSSL_CONF",
+    "OPENSSL_MODULES",
+    "OPENSSL_ENGINES",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "CURL_HOME",
+    "WGETRC",
+    "NETRC",
+    "GNUPGHOME",
+    "MAVEN_OPTS",
+    "JAVA_OPTS",
+    "GRADLE_OPTS",
+    "GRADLE_USER_HOME",
+    "DOTNET_STARTUP_HOOKS",
+    "COMPlus_EnableDiagnostics",
+    "GOFLAGS",
+    "GOPROXY",
+    "GOPATH",
+    "GOROOT",
+    "CGO_CFLAGS",
+    "CGO_LDFLAGS",
+    "CC",
+    "CXX",
+    "LD",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "NPM_CONFIG_PREFIX",
+    "NPM_CONFIG_USERCONFIG",
+    "PIP_INDEX_URL",
+    "PIP_CONFIG_FILE",
+    "PYTHONWARNINGS",
+    "PYTHONINSPECT",
+    "HELM_PLUGINS",
+    "TERMINFO",
 ];
 
-/// Whether the runtimes read the variable `name` as code (or as where code is found).
+/// Whether the runtimes read the variable `name` as code (or as where code, configuration or
+/// trust is found). A list cannot be complete (any program may read any variable as code), so
+/// besides the names above, the shapes that usually are: options and flags for a runtime
+/// (`*_OPTS`, `*_OPTIONS`, `*FLAGS`), commands and hooks (`*_COMMAND`, `*_CMD`, `*HOOK*`),
+/// configuration files and homes (`*CONF*`, `*_RC`, `*_HOME`), search paths of code (`*_PATH`
+/// of a runtime, `*LIB*`), preloads and init (`*PRELOAD*`, `*_INIT`, `*STARTUP*`), bash's
+/// exported functions (`BASH_FUNC_*`), and everything `LD_`, `GIT_CONFIG`, `NPM_CONFIG_`,
+/// `PIP_`, `CARGO_`, `RUSTC`, `RUSTFLAGS`, `PYTHON` or `NODE_` starts with. Author values stay
+/// data in other names (`SBOM_URL`, `GIT_URL`, `REVISION`).
 fn is_code_env(name: &str) -> bool {
-    CODE_ENV.contains(&name) || name.starts_with("GIT_CONFIG") || name.starts_with("LD_")
+    let upper = name.to_ascii_uppercase();
+    let n = upper.as_str();
+    CODE_ENV.iter().any(|c| c.eq_ignore_ascii_case(name))
+        || [
+            "LD_",
+            "GIT_CONFIG",
+            "NPM_CONFIG_",
+            "PIP_",
+            "CARGO_",
+            "RUSTC",
+            "RUSTFLAGS",
+            "RUSTDOCFLAGS",
+            "PYTHON",
+            "NODE_",
+            "BASH_FUNC_",
+            "PERL",
+            "RUBY",
+            "JAVA",
+            "JDK_",
+            "_JAVA",
+            "DOTNET_",
+            "COMPLUS_",
+            "CORECLR_",
+        ]
+        .iter()
+        .any(|p| n.starts_with(p))
+        || [
+            "_OPTS", "_OPTIONS", "FLAGS", "_COMMAND", "_CMD", "_RC", "_HOME", "_INIT",
+        ]
+        .iter()
+        .any(|suffix| n.ends_with(suffix))
+        || [
+            "HOOK", "CONF", "PRELOAD", "STARTUP", "LIBPATH", "_LIB", "LIB_", "PLUGIN",
+        ]
+        .iter()
+        .any(|part| n.contains(part))
+        || n.contains('%')
+        || (n.ends_with("_PATH")
+            && [
+                "LUA", "GEM", "GO", "NODE", "PYTHON", "PERL", "RUBY", "CLASS", "MODULE", "PLUGIN",
+                "LIBRARY", "GCONV", "MANPATH", "HELM", "KREW", "XDG",
+            ]
+            .iter()
+            .any(|runtime| n.starts_with(runtime)))
 }
 
 /// The step's env variables whose values the TaskRun's author (or the namespace) chooses, with
@@ -166,7 +355,10 @@ fn author_valued_env<'s>(
         let why = if let Some(value) = &var.value {
             if references(value).any(|r| author_controlled(r, own_steps)) {
                 Some("holds a value the TaskRun's author chooses")
-            } else if expansions(value).any(|n| found.iter().any(|(e, _)| *e == n)) {
+            } else if expansions(value)
+                .iter()
+                .any(|n| found.iter().any(|(e, _)| e == n))
+            {
                 Some("expands a variable whose value the TaskRun's author chooses")
             } else {
                 None
@@ -194,21 +386,35 @@ fn author_valued_env<'s>(
     found
 }
 
-/// The names Kubernetes expands in a command, an argument or an env value: `$(NAME)`, not the
-/// escaped `$$(NAME)`.
-fn expansions(text: &str) -> impl Iterator<Item = &str> {
-    text.match_indices("$(").filter_map(move |(i, _)| {
-        if text[..i].ends_with('$') {
-            return None;
+/// The names Kubernetes expands in a command, an argument, an env value or a `subPathExpr`:
+/// read as the kubelet reads them (`third_party/forked/golang/expansion`): `$$` is one literal
+/// `$` (so `$$$(NAME)` is `$` and an expansion), `$(NAME)` expands whatever NAME is (any
+/// characters up to `)`: env names may hold `:` or `/` since Kubernetes 1.32).
+fn expansions(text: &str) -> Vec<&str> {
+    let bytes = text.as_bytes();
+    let mut names = Vec::new();
+    let mut i = 0;
+    while i + 1 < bytes.len() {
+        if bytes[i] != b'$' {
+            i += 1;
+            continue;
         }
-        let inner = &text[i + 2..];
-        let name = &inner[..inner.find(')')?];
-        (!name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')))
-        .then_some(name)
-    })
+        match bytes[i + 1] {
+            b'$' => i += 2,
+            b'(' => match text[i + 2..].find(')') {
+                Some(end) => {
+                    let name = &text[i + 2..i + 2 + end];
+                    if !name.is_empty() {
+                        names.push(name);
+                    }
+                    i += 2 + end + 1;
+                }
+                None => break,
+            },
+            _ => i += 1,
+        }
+    }
+    names
 }
 
 /// Env variables runtimes read as code carry no author value; `envFrom` names no variables.
@@ -235,10 +441,25 @@ fn check_env(step: &Step, at: &FieldPath, author_env: &[(&str, &'static str)], e
     }
 }
 
-/// An org step must not run code from a volume whose content Kubernetes takes from the
-/// TaskRun's namespace (a ConfigMap, a Secret, a PersistentVolumeClaim, a projection of
-/// them), where the TaskRun's author can write it: its program, the script file a shell or
-/// interpreter runs, or its working directory's programs.
+/// Directories every step mounts writable (Tekton's implicit emptyDirs, `pkg/pod/pod.go`
+/// `implicitVolumeMounts`): the author's steps, which run between the org's pre- and
+/// post-steps, write them.
+const SHARED_DIRS: &[(&str, &str)] = &[
+    ("/workspace", "tekton-internal-workspace"),
+    ("/tekton/home", "tekton-internal-home"),
+    ("/tekton/results", "tekton-internal-results"),
+    ("/tekton/artifacts", "tekton-internal-artifacts"),
+];
+
+/// An org step must not run code from a place the TaskRun's author (or another user of its
+/// namespace) can write: a policy volume whose content Kubernetes takes from the namespace
+/// (a ConfigMap, a Secret, a PersistentVolumeClaim, a projection of them or of the Pod's
+/// metadata, a downwardAPI volume, an ephemeral volume filled from a data source), a workspace
+/// (the TaskRun binds it), or the directories every step mounts writable (`/workspace`,
+/// `/tekton/home`, …). Refused for such a path: the program, the script file a shell or
+/// interpreter runs, a program or sourced file of a script or `-c` script, a code env variable
+/// naming it, and (for volumes and workspaces) a mount at a system directory or the working
+/// directory of the namespace's volumes.
 pub(super) fn check_code_from_namespace(
     step: &Step,
     volumes: &[k8s_openapi::api::core::v1::Volume],
@@ -272,25 +493,73 @@ pub(super) fn check_code_from_namespace(
             None
         }
     };
-    let mounts: Vec<(&str, &str, &'static str)> = step
-        .volume_mounts
+    // (path, what it is, whether it is a mount of the step's own: a volume or a workspace)
+    let mut writable: Vec<(String, String, bool)> = SHARED_DIRS
         .iter()
-        .flatten()
-        .filter_map(|m| {
-            let volume = volumes.iter().find(|v| v.name == m.name)?;
-            Some((m.mount_path.as_str(), m.name.as_str(), source(volume)?))
+        .map(|(path, volume)| {
+            (
+                (*path).to_owned(),
+                format!(
+                    "Tekton's {path} ({volume}), which every step mounts writable, the TaskRun's own steps included"
+                ),
+                false,
+            )
         })
         .collect();
-    if mounts.is_empty() {
-        return;
+    let mut namespace_mounts: Vec<String> = Vec::new();
+    for m in step.volume_mounts.iter().flatten() {
+        if let Some(what) = volumes
+            .iter()
+            .find(|v| v.name == m.name)
+            .and_then(|v| source(v))
+        {
+            namespace_mounts.push(m.mount_path.clone());
+            writable.push((
+                m.mount_path.clone(),
+                format!(
+                    "volume {:?}, {what}, whose content the TaskRun's author (or another user of its namespace) can write",
+                    m.name
+                ),
+                true,
+            ));
+        }
+    }
+    for w in step.workspaces.iter().flatten() {
+        if let Some(path) = w.mount_path.as_deref().filter(|p| !p.is_empty()) {
+            writable.push((
+                path.to_owned(),
+                format!(
+                    "workspace {:?}, which the TaskRun binds (to its own ConfigMap, claim or emptyDir)",
+                    w.name
+                ),
+                true,
+            ));
+        }
     }
     let command = step.command.as_deref().unwrap_or_default();
     let args = step.args.as_deref().unwrap_or_default();
     let argv: Vec<&str> = command.iter().chain(args).map(String::as_str).collect();
+    let working_dir = step.working_dir.as_deref().unwrap_or("");
+    // A word as a path: `~` and `$HOME` are Tekton's /tekton/home; a relative path with a
+    // slash is the working directory's.
+    let resolve = |word: &str| -> String {
+        let word = word.trim_matches(['"', '\'']);
+        for home in ["~/", "$HOME/", "${HOME}/"] {
+            if let Some(rest) = word.strip_prefix(home) {
+                return format!("/tekton/home/{rest}");
+            }
+        }
+        if !word.starts_with('/') && word.contains('/') && !working_dir.is_empty() {
+            let rest = word.strip_prefix("./").unwrap_or(word);
+            return format!("{}/{rest}", working_dir.trim_end_matches('/'));
+        }
+        word.to_owned()
+    };
     let under = |path: &str| {
-        mounts.iter().find(|(mount, _, _)| {
-            let mount = mount.trim_end_matches('/');
-            path == mount || path.starts_with(&format!("{mount}/"))
+        let path = clean(&resolve(path));
+        writable.iter().find(|(root, _, _)| {
+            let root = clean(root);
+            path == root || path.starts_with(&format!("{root}/"))
         })
     };
     let path_of = |i: usize| {
@@ -300,15 +569,15 @@ pub(super) fn check_code_from_namespace(
             at.field_index("args", i - command.len())
         }
     };
-    let mut places: Vec<(FieldPath, &str)> = Vec::new();
+    let mut places: Vec<(FieldPath, String)> = Vec::new();
     for (i, place) in code_positions(&argv, true) {
         match place {
-            Place::Program | Place::ScriptFile => places.push((path_of(i), argv[i])),
+            Place::Program | Place::ScriptFile => places.push((path_of(i), argv[i].to_owned())),
             // The programs and sourced files of a `-c` script.
             Place::ShellArg => places.extend(
                 shell_programs(argv[i])
                     .into_iter()
-                    .map(|word| (path_of(i), word)),
+                    .map(|word| (path_of(i), word.to_owned())),
             ),
             _ => {}
         }
@@ -319,30 +588,21 @@ pub(super) fn check_code_from_namespace(
         places.extend(
             shell_programs(script)
                 .into_iter()
-                .map(|word| (at.field("script"), word)),
+                .map(|word| (at.field("script"), word.to_owned())),
         );
     }
-    // Mounted where programs and libraries are looked for, the volume's files are run by name.
-    for (i, mount) in step.volume_mounts.iter().flatten().enumerate() {
-        let path = mount.mount_path.trim_end_matches('/');
-        let system = path.is_empty()
-            || [
-                "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/etc", "/opt",
-            ]
-            .iter()
-            .any(|dir| path == *dir || path.starts_with(&format!("{dir}/")));
-        if system
-            && mounts
-                .iter()
-                .any(|(_, name, _)| *name == mount.name.as_str())
-        {
-            places.push((at.field_index("volumeMounts", i), mount.mount_path.as_str()));
-        }
+    // The working directory's programs: for a namespace volume (the shared directories are
+    // where steps work; their programs are caught by name above).
+    if !working_dir.is_empty()
+        && namespace_mounts.iter().any(|m| {
+            let m = clean(m);
+            let dir = clean(working_dir);
+            dir == m || dir.starts_with(&format!("{m}/"))
+        })
+    {
+        places.push((at.field("workingDir"), working_dir.to_owned()));
     }
-    if let Some(dir) = &step.working_dir {
-        places.push((at.field("workingDir"), dir.as_str()));
-    }
-    // A variable read as code (or as where code is found) that names a place in the volume:
+    // A variable read as code (or as where code is found) that names a place in one:
     // `PATH=/cm:$PATH`, `BASH_ENV=/cm/env.sh`, `LD_PRELOAD=/cm/x.so`.
     for (i, var) in step.env.iter().flatten().enumerate() {
         if is_code_env(&var.name)
@@ -351,18 +611,72 @@ pub(super) fn check_code_from_namespace(
                 .split([':', ';', ' ', '=', ','])
                 .find(|part| under(part).is_some())
         {
-            places.push((at.field_index("env", i), path));
+            places.push((at.field_index("env", i), path.to_owned()));
         }
     }
     for (path, text) in places {
-        if let Some((_, name, what)) = under(text) {
+        if let Some((_, what, _)) = under(&text) {
             errs.add(
                 &path,
                 format!(
-                    "{text:?} is in volume {name:?}, {what}, whose content the TaskRun's author (or another user of its namespace) can write, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep namespace volumes for data"
+                    "{text:?} is in {what}, so the author would write the code this org step runs; ship the code in the image (or a volume the platform controls, such as an image volume or a CSI driver), and keep such places for data"
                 ),
             );
         }
+    }
+    // Mounted where programs and libraries are looked for, a volume's or workspace's files are
+    // run by name.
+    let system = |path: &str| {
+        let path = clean(path);
+        path.is_empty()
+            || path == "/"
+            || [
+                "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/usr", "/etc", "/opt",
+            ]
+            .iter()
+            .any(|dir| path == *dir || path.starts_with(&format!("{dir}/")))
+    };
+    for (i, mount) in step.volume_mounts.iter().flatten().enumerate() {
+        if system(&mount.mount_path) && namespace_mounts.contains(&mount.mount_path) {
+            errs.add(
+                &at.field_index("volumeMounts", i).field("mountPath"),
+                format!(
+                    "{:?} is a system directory, where programs and libraries are found by name, and volume {:?} is one the TaskRun's author (or another user of its namespace) can write, so the author would write the code this org step runs; mount it elsewhere and read it as data",
+                    mount.mount_path, mount.name
+                ),
+            );
+        }
+    }
+    for (i, w) in step.workspaces.iter().flatten().enumerate() {
+        if let Some(path) = w.mount_path.as_deref().filter(|p| system(p)) {
+            errs.add(
+                &at.field_index("workspaces", i).field("mountPath"),
+                format!(
+                    "{path:?} is a system directory, where programs and libraries are found by name, and workspace {:?} is the TaskRun's to bind, so the author would write the code this org step runs; mount it under /workspace/",
+                    w.name
+                ),
+            );
+        }
+    }
+}
+
+/// `path` as the kernel resolves it without links: no trailing slash, `.` or repeated slashes,
+/// `..` taking the segment before it.
+fn clean(path: &str) -> String {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop();
+            }
+            p => parts.push(p),
+        }
+    }
+    if path.starts_with('/') {
+        format!("/{}", parts.join("/"))
+    } else {
+        parts.join("/")
     }
 }
 
@@ -410,6 +724,8 @@ enum Place {
     Program,
     /// Any other argument: the program's to interpret.
     Argument,
+    /// Any other field Tekton substitutes into.
+    Field,
     Image,
     WorkingDir,
     When,
@@ -454,6 +770,9 @@ fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, 
         Place::Argument => format!(
             "the argument uses {list}, which the TaskRun's author controls: Tekton pastes the value in before the step runs, and whether the program takes the argument as data or as code (a shell's script, an interpreter's code, the file it runs) cannot be told from outside, so no argument of an org step carries the author's values; pass it through env instead: {via_env}, and read it from the environment in the program or a script (\"${env}\")"
         ),
+        Place::Field => format!(
+            "{list}: the TaskRun's author controls it, and Tekton substitutes it into this field of the org step (or the volume it mounts) before the step runs, so the author would choose this part of it; write the field literally"
+        ),
         Place::When => format!(
             "when uses {list}, which the TaskRun's author controls, so the author would decide whether this org step runs; org steps run unconditionally (or on conditions of the policy's own steps' results)"
         ),
@@ -466,6 +785,14 @@ fn report(place: Place, at: &FieldPath, text: &str, own_steps: &BTreeSet<&str>, 
         Place::WorkingDir => format!(
             "workingDir uses {list}, which the TaskRun's author controls, so the author would choose the directory this org step runs in; write workingDir literally, and pass values the step needs through env ({via_env})"
         ),
+    };
+    // A result of the policy's own step is refused in code only (see `check`): say why.
+    let message = if found.iter().any(|r| r.starts_with("steps.")) {
+        format!(
+            "{message} (a step's result is text written at run time, by the policy's own steps too, from what they read; Tekton's entrypoint pastes it in as it does a param)"
+        )
+    } else {
+        message
     };
     errs.add(at, message);
 }
@@ -975,8 +1302,18 @@ mod tests {
                 "/bookend/scripts",
                 "command[2]",
             ),
-            (&["upload"], &[], "/usr/local/bin", "volumeMounts[0]"),
-            (&["/upload"], &[], "/etc/ld.so.preload.d", "volumeMounts[0]"),
+            (
+                &["upload"],
+                &[],
+                "/usr/local/bin",
+                "volumeMounts[0].mountPath",
+            ),
+            (
+                &["/upload"],
+                &[],
+                "/etc/ld.so.preload.d",
+                "volumeMounts[0].mountPath",
+            ),
         ] {
             let found = check(command, args, ("bookend-scripts", mount));
             assert!(
@@ -1055,11 +1392,31 @@ mod tests {
         // Safe variables anywhere.
         let safe = shell(
             &["sh", "-c"],
-            &[
-                "echo $(context.taskRun.name) $(steps.bookend-setup.results.t) $(steps.build.exitCode.path) > $(results.r.path)",
-            ],
+            &["echo $(context.taskRun.name) $(steps.build.exitCode.path) > $(results.r.path)"],
         );
         assert_eq!(run(&safe), Vec::<String>::new());
+        // A result of the policy's own step is text written at run time (from a param it was
+        // given through env, say): refused in code, the policy's value in env and conditions
+        // (found by a reviewer trying to break the claim).
+        let own = shell(&["sh", "-c"], &["echo $(steps.bookend-setup.results.t)"]);
+        let found = run(&own);
+        assert!(
+            found[0].contains("by the policy's own steps too"),
+            "{found:?}"
+        );
+        let mut step = shell(&["sh", "-c"], &[r#"echo "$T""#]);
+        step.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+            name: "T".into(),
+            value: Some("$(steps.bookend-setup.results.t)".into()),
+            ..Default::default()
+        }]);
+        step.when = Some(vec![
+            serde_json::from_value(serde_json::json!(
+                {"input": "$(steps.bookend-setup.results.t)", "operator": "in", "values": ["yes"]}
+            ))
+            .unwrap(),
+        ]);
+        assert_eq!(run(&step), Vec::<String>::new());
     }
 
     #[test]
@@ -1156,6 +1513,162 @@ mod tests {
             found[0].starts_with("spec.preSteps[0].envFrom[0]: envFrom lets"),
             "{found:?}"
         );
+    }
+
+    #[test]
+    fn every_field_tekton_or_kubernetes_substitutes_is_checked() {
+        use k8s_openapi::api::core::v1::{EnvVar, VolumeMount};
+        // Found by a reviewer trying to break the claim (round 3).
+        let var = |name: &str, value: &str| EnvVar {
+            name: name.into(),
+            value: Some(value.into()),
+            ..Default::default()
+        };
+        // `$$$(URL)` is a literal `$` and an expansion; names hold `:` or `/` since 1.32.
+        for (name, arg) in [("URL", "echo $$$(URL)"), ("SBOM:URL", "curl $(SBOM:URL)")] {
+            let mut step = shell(&["sh", "-c"], &[arg]);
+            step.env = Some(vec![var(name, "$(params.url)")]);
+            let found = run(&step);
+            assert!(
+                found.iter().any(|f| f.contains("Kubernetes expands")),
+                "{arg}: {found:?}"
+            );
+        }
+        assert_eq!(expansions("$$(A) $$$(B) $(C) $$$$(D) $(E"), ["B", "C"]);
+        // Mount paths, subPaths, output files, pull policy: Tekton substitutes them all.
+        let mut step = shell(&["/upload"], &[]);
+        step.volume_mounts = Some(vec![VolumeMount {
+            name: "bookend-tools".into(),
+            mount_path: "$(params.dir)".into(),
+            sub_path: Some("$(params.sub)".into()),
+            ..Default::default()
+        }]);
+        step.image_pull_policy = Some("$(params.pull)".into());
+        step.stdout_config = Some(crate::policy::api::StepOutputConfig {
+            path: Some("$(params.out)".into()),
+        });
+        let found = run(&step);
+        for at in [
+            "volumeMounts[0].mountPath",
+            "volumeMounts[0].subPath",
+            "imagePullPolicy",
+            "stdoutConfig.path",
+        ] {
+            assert!(
+                found
+                    .iter()
+                    .any(|f| f.starts_with(&format!("spec.preSteps[0].{at}: $(params."))),
+                "{at}: {found:?}"
+            );
+        }
+        // subPathExpr expands an author-valued env variable.
+        let mut step = shell(&["/upload"], &[]);
+        step.env = Some(vec![var("DIR", "$(params.dir)")]);
+        step.volume_mounts = Some(vec![VolumeMount {
+            name: "bookend-tools".into(),
+            mount_path: "/tools".into(),
+            sub_path_expr: Some("$(DIR)".into()),
+            ..Default::default()
+        }]);
+        assert!(run(&step)[0].starts_with("spec.preSteps[0].volumeMounts[0].subPathExpr"));
+        // Env names runtimes read as code, by name and by shape; data names stay data.
+        for name in [
+            "GIT_PROXY_COMMAND",
+            "MAKEFLAGS",
+            "GOFLAGS",
+            "KUBECONFIG",
+            "OPENSSL_CONF",
+            "BASH_FUNC_git%%",
+            "ZDOTDIR",
+            "LUA_INIT",
+            "MAVEN_OPTS",
+            "DOTNET_STARTUP_HOOKS",
+            "GCONV_PATH",
+            "UPLOAD_HOOK",
+            "TOOL_OPTIONS",
+        ] {
+            assert!(is_code_env(name), "{name}");
+        }
+        for name in [
+            "SBOM_URL", "GIT_URL", "REVISION", "SRC_PATH", "IMAGE", "TOKEN", "SBOM_SRC",
+        ] {
+            assert!(!is_code_env(name), "{name}");
+        }
+        // The policy's volumes: Tekton substitutes params into a Task's volumes.
+        let mut errs = Errors::new();
+        check_volumes(
+            &[serde_json::from_value(
+                serde_json::json!({"name": "bookend-cfg", "configMap": {"name": "$(params.cm)"}}),
+            )
+            .unwrap()],
+            &FieldPath::new("spec").field("volumes"),
+            &mut errs,
+        );
+        assert_eq!(
+            errs.into_vec()[0].path.to_string(),
+            "spec.volumes[0].configMap.name"
+        );
+    }
+
+    #[test]
+    fn code_from_where_the_authors_steps_write_is_refused() {
+        // Tekton's shared directories and the step's workspaces: the author's steps write them
+        // between the org's pre- and post-steps (found by a reviewer, round 3).
+        let check = |step: &Step| {
+            let mut errs = Errors::new();
+            check_code_from_namespace(
+                step,
+                &[],
+                &FieldPath::new("spec").field_index("postSteps", 0),
+                &mut errs,
+            );
+            errs.into_vec()
+                .into_iter()
+                .map(|e| format!("{}: {}", e.path, e.message))
+                .collect::<Vec<_>>()
+        };
+        let refused: Vec<Step> = vec![
+            shell(&["/tekton/home/org/scan"], &[]),
+            shell(&["sh", "-c", ". ~/org/env.sh; report"], &[]),
+            shell(&["bash", "/workspace/org-tools/report"], &[]),
+            shell(&["sh", "/workspace/./../workspace/x.sh"], &[]),
+            {
+                let mut s = shell(&["/bin/report"], &[]);
+                s.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                    name: "BASH_ENV".into(),
+                    value: Some("/tekton/home/org/env.sh".into()),
+                    ..Default::default()
+                }]);
+                s
+            },
+            {
+                let mut s = shell(&["/opt/tools/scan"], &[]);
+                s.workspaces = Some(vec![crate::policy::api::WorkspaceUsage {
+                    name: "tools".into(),
+                    mount_path: Some("/opt/tools".into()),
+                }]);
+                s
+            },
+            {
+                let mut s = shell(&["./scan"], &[]);
+                s.working_dir = Some("/workspace/source".into());
+                s
+            },
+        ];
+        for step in &refused {
+            let found = check(step);
+            assert!(!found.is_empty(), "{:?} {:?}", step.command, step.env);
+        }
+        // Reading or writing data there is what they are for.
+        let data = shell(
+            &[
+                "sh",
+                "-c",
+                "syft dir:/workspace/source -o json > /tekton/home/sbom.json",
+            ],
+            &[],
+        );
+        assert_eq!(check(&data), Vec::<String>::new());
     }
 
     #[test]

@@ -72,7 +72,11 @@ fn check(id: Option<&PolicyId>, spec: &StepPolicySpec, settings: &Settings) -> V
     limits::counts(spec, &at, &mut errs);
     criteria(spec, &at, &mut errs);
     volumes(spec, &at, settings, &mut errs);
-    steps(spec, &at, settings, Hazards::of(id, spec), &mut errs);
+    let hazards = Hazards::of(id, spec);
+    steps(spec, &at, settings, hazards, &mut errs);
+    if hazards.injection {
+        injection::check_volumes(&spec.volumes, &at.field("volumes"), &mut errs);
+    }
     errs.into_vec()
 }
 
