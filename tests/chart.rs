@@ -3,7 +3,7 @@
 //! a matrix of values with assertions on the objects, the schema's refusals, the chart-generated
 //! certificate, and the one-source-of-truth rule: `deploy/` is the chart rendered with
 //! `charts/bookend/ci/kustomize-values.yaml`, and `kubectl kustomize` of it yields the chart's
-//! objects. A real install, upgrade and uninstall are in tests/e2e/cluster.rs.
+//! objects. A real install, upgrade and uninstall are in tests/e2e/cluster/.
 //!
 //! Regenerate `charts/bookend/files/crds.yaml` and the rendered files under `deploy/` with
 //! `BOOKEND_BLESS=1 cargo test --test chart`, then review the diff.

@@ -1,0 +1,118 @@
+//! The Pod backstop: a remote Task's Pod without the policies' steps is refused, with them
+//! admitted, and Pods Tekton did not make are never sent to bookend.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::kube::poll;
+
+use super::objects::{first_line, metadata_str};
+use super::tasks::impersonate_tekton_controller;
+use super::{Ctx, TEAM_A};
+
+/// Issue 14: the Pod backstop. Tekton's controller is simulated (no controller runs here): it
+/// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
+/// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
+pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
+    let as_controller = impersonate_tekton_controller(ctx, &["pods", "tasks"]);
+    let remote = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "TaskRun",
+        "metadata": {"generateName": "remote-", "namespace": TEAM_A},
+        "spec": {"taskRef": {"resolver": "git", "params": [
+            {"name": "url", "value": "https://git.example.com/tasks.git"},
+            {"name": "pathInRepo", "value": "build.yaml"}]}},
+    });
+    let created = ctx
+        .cluster
+        .create(&remote)
+        .expect_ok("create a remote TaskRun");
+    assert!(
+        created
+            .warnings()
+            .iter()
+            .any(|w| w.contains("git resolver")),
+        "admitted with a warning: {:?}",
+        created.warnings()
+    );
+    let taskrun = created.json();
+    let name = metadata_str(&taskrun, "name");
+    let uid = metadata_str(&taskrun, "uid");
+    let task = json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"generateName": "resolved-", "namespace": TEAM_A},
+        "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
+                            "script": "echo remote"}]},
+    });
+    // What Tekton's pod builder makes of the Task it runs (containers step-<name>, the TaskRun's
+    // labels and the Task's annotations).
+    let pod_of = |resolved: &Value| {
+        let mut spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap());
+        spec["automountServiceAccountToken"] = json!(false);
+        json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "generateName": format!("{name}-pod-"),
+                "namespace": TEAM_A,
+                "labels": {"tekton.dev/taskRun": name, "tekton.dev/taskRunUID": uid},
+                "annotations": resolved["metadata"]["annotations"].clone(),
+                "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                                     "name": name, "uid": uid, "controller": true}],
+            },
+            "spec": spec,
+        })
+    };
+    // The mutation did not happen (an outage): the Pod lacks the steps and is refused.
+    let bare = ctx
+        .cluster
+        .with_object(&["create", "--dry-run=server"], &task)
+        .expect_ok("dry-run the Task without bookend")
+        .json();
+    let refused = poll(
+        "the controller's RBAC, then bookend's refusal",
+        Duration::from_secs(30),
+        || {
+            let out = ctx
+                .cluster
+                .with_object(&["create", &as_controller], &pod_of(&bare));
+            if out.stderr.contains("pods.validate.bookend.dev") {
+                Ok(out)
+            } else if out.ok() {
+                Err(format!("admitted: {}", out.stdout))
+            } else {
+                Err(out.stderr)
+            }
+        },
+    );
+    assert!(
+        refused.stderr.contains(&format!("the Pod of TaskRun {TEAM_A}/{name} lacks the step(s) bookend-sbom (ClusterStepPolicy/org-sbom)"))
+            && refused.stderr.contains("git resolver"),
+        "bookend's message names the TaskRun, the steps, the policy and the cause: {}",
+        refused.stderr
+    );
+    // With the mutation (the controller's dry-run reaches bookend): admitted.
+    let injected = ctx
+        .cluster
+        .with_object(&["create", "--dry-run=server", &as_controller], &task)
+        .expect_ok("dry-run the Task as the controller")
+        .json();
+    let admitted = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &pod_of(&injected))
+        .expect_ok("the Pod with the steps");
+    let pod = admitted.json();
+    // A Pod the controller did not make is never sent to bookend.
+    let mut other = pod_of(&bare);
+    other["metadata"]["labels"] = json!({"app": "not-tekton"});
+    ctx.cluster
+        .with_object(&["create", &as_controller], &other)
+        .expect_ok("an unlabelled Pod");
+    format!(
+        "Pod without the dry-run mutation refused ({}); with it admitted ({} containers)",
+        first_line(&refused.stderr),
+        pod["spec"]["containers"].as_array().map_or(0, Vec::len)
+    )
+}
