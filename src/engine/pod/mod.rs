@@ -305,6 +305,17 @@ fn check_author_mounts(pod: &Value, settings: &Settings) -> Result<(), String> {
             let path = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
             let refused = if volume.starts_with(settings.prefix.as_str()) {
                 Some("bookend's volume, only the org steps of its policy mount it")
+            } else if let Some(home) = volume.strip_prefix("tekton-creds-init-home-") {
+                // Each step's credential home, which its entrypoint copies into $HOME (.ssh,
+                // .gitconfig): the step's own only.
+                (own_index.map(|i| i.to_string()).as_deref() != Some(home))
+                    .then_some("another step's credential home (Tekton's /tekton/creds)")
+            } else if own_index.is_none()
+                && volume.starts_with("tekton-")
+                && !volume.starts_with("tekton-internal-")
+                && name != "sidecar-tekton-log-results"
+            {
+                Some("one of Tekton's own volumes, which no sidecar of the Task's mounts")
             } else if let Some(internal) = volume.strip_prefix("tekton-internal-") {
                 match (own_index, internal) {
                     // A sidecar with a script reads it from Tekton's scripts volume; sidecars get
@@ -1054,6 +1065,29 @@ spec:
                     )
                 }),
                 "which no sidecar",
+            ),
+            (
+                "a step mounts another step's credential home",
+                with(&|s| {
+                    let i = build(s);
+                    mount(
+                        s,
+                        i,
+                        json!({"name": "tekton-creds-init-home-0", "mountPath": "/creds"}),
+                    );
+                }),
+                "another step's credential home",
+            ),
+            (
+                "a sidecar mounts a step's credential home",
+                with(&|s| {
+                    sidecar(
+                        s,
+                        "initContainers",
+                        json!({"name": "tekton-creds-init-home-2", "mountPath": "/c"}),
+                    )
+                }),
+                "credential home",
             ),
             (
                 "a native sidecar mounts the org's volume",

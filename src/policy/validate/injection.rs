@@ -511,7 +511,7 @@ pub(super) fn check_code_from_namespace(
         if let Some(what) = volumes
             .iter()
             .find(|v| v.name == m.name)
-            .and_then(|v| source(v))
+            .and_then(&source)
         {
             namespace_mounts.push(m.mount_path.clone());
             writable.push((

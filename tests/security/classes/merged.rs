@@ -294,13 +294,19 @@ pub fn cases() -> Vec<Case> {
             "a sidecar mounts Tekton's scripts",
             "sidecars",
             json!([{"name": "s", "image": "x", "volumeMounts": mount("tekton-internal-scripts", "/s")}]),
-            "Tekton's internal volumes",
+            "Tekton's own volumes",
         ),
         (
             "a sidecar mounts a step's run directory",
             "sidecars",
             json!([{"name": "s", "image": "x", "volumeMounts": mount("anything", "/tekton/run/3")}]),
-            "Tekton's internal volumes",
+            "Tekton's own volumes",
+        ),
+        (
+            "a sidecar mounts an org step's credential home",
+            "sidecars",
+            json!([{"name": "s", "image": "x", "volumeMounts": mount("tekton-creds-init-home-0", "/creds")}]),
+            "Tekton's own volumes",
         ),
         (
             "the stepTemplate mounts the org's volume",
