@@ -13,12 +13,37 @@ use super::{Issue, IssueKind, PolicyDoc, PolicyId, PolicySet, Settings};
 pub fn yaml_documents(text: &str) -> Result<Vec<Value>, String> {
     let mut docs = Vec::new();
     for (i, doc) in serde_yaml_ng::Deserializer::from_str(text).enumerate() {
-        let value = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        let mut value = Value::deserialize(doc).map_err(|e| format!("document {}: {e}", i + 1))?;
+        octal_modes(&mut value);
         if !value.is_null() {
             docs.push(value);
         }
     }
     Ok(docs)
+}
+
+/// File modes as Kubernetes reads them: its YAML (1.1) takes `defaultMode: 0400` for the octal
+/// 256, where this parser keeps the string "0400". Only `defaultMode` and `mode`, the fields
+/// where octal is the idiom (a quoted string there is invalid for Kubernetes anyway).
+fn octal_modes(value: &mut Value) {
+    match value {
+        Value::Object(fields) => {
+            for (key, v) in fields.iter_mut() {
+                if matches!(key.as_str(), "defaultMode" | "mode")
+                    && let Value::String(s) = v
+                    && s.len() > 1
+                    && s.starts_with('0')
+                    && let Ok(n) = u32::from_str_radix(&s[1..], 8)
+                {
+                    *v = Value::from(n);
+                } else {
+                    octal_modes(v);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(octal_modes),
+        _ => {}
+    }
 }
 
 /// Policies loaded and built: the set (invalid policies left out) and every problem found.
@@ -222,6 +247,18 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn file_modes_are_octal_as_kubernetes_reads_them() {
+        let docs = yaml_documents(
+            "volumes: [{name: a, secret: {secretName: s, defaultMode: 0400, items: [{key: k, path: p, mode: 0755}]}}, {name: b, configMap: {name: c, defaultMode: 420}}]\nname: \"0400\"\n",
+        )
+        .unwrap();
+        assert_eq!(docs[0]["volumes"][0]["secret"]["defaultMode"], 256);
+        assert_eq!(docs[0]["volumes"][0]["secret"]["items"][0]["mode"], 493);
+        assert_eq!(docs[0]["volumes"][1]["configMap"]["defaultMode"], 420);
+        assert_eq!(docs[0]["name"], "0400");
+    }
     use super::*;
 
     #[test]

@@ -508,11 +508,7 @@ pub(super) fn check_code_from_namespace(
         .collect();
     let mut namespace_mounts: Vec<String> = Vec::new();
     for m in step.volume_mounts.iter().flatten() {
-        if let Some(what) = volumes
-            .iter()
-            .find(|v| v.name == m.name)
-            .and_then(&source)
-        {
+        if let Some(what) = volumes.iter().find(|v| v.name == m.name).and_then(&source) {
             namespace_mounts.push(m.mount_path.clone());
             writable.push((
                 m.mount_path.clone(),
