@@ -3,9 +3,12 @@
 is made of, and sizes. Standard library only; each command prints JSON to stdout or writes the
 file named. The report of a run is scripts/apiserver-report.py.
 
-  webhooks LIST.json URL CA_B64          deploy/'s webhook configurations (a kubectl List in
+  webhooks LIST.json URL CA_B64 [-NAME]  deploy/'s webhook configurations (a kubectl List in
                                           JSON) pointed at URL: clientConfig {url: URL+path,
-                                          caBundle}, everything else as bookend registers it
+                                          caBundle}, everything else as bookend registers it;
+                                          -NAME leaves the webhook NAME out (as the chart's
+                                          webhook.taskRunBackstop.enabled=false does for
+                                          taskruns.validate.bookend.dev)
   map PATCH.json WEBHOOKS.json           a MutatingAdmissionPolicy + binding applying PATCH
                                           (bookend's own patch, as CEL) with the match of
                                           bookend's mutating TaskRun webhook
@@ -59,8 +62,16 @@ def dump(value):
 # set-ups
 
 
-def cmd_webhooks(list_path, url, ca_b64):
+def cmd_webhooks(list_path, url, ca_b64, *drop):
+    dropped = {d.removeprefix("-") for d in drop}
     items = load_items(list_path)
+    for item in items:
+        if "webhooks" in item:
+            names = {h["name"] for h in item["webhooks"]}
+            item["webhooks"] = [h for h in item["webhooks"] if h["name"] not in dropped]
+            dropped -= names
+    if dropped:
+        raise SystemExit(f"webhooks: no webhook named {sorted(dropped)} in {list_path}")
     for item in items:
         meta = item["metadata"]
         for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):

@@ -14,6 +14,9 @@
 #                (an add at its index per inserted step, one per field set on a user step):
 #                the two patch shapes compared at equal result
 #   bookend      bookend serve, examples/policies
+#   bookend-novalidate  (optional) the same, registered without taskruns.validate.bookend.dev
+#                (the chart's webhook.taskRunBackstop.enabled=false): one webhook call per
+#                CREATE
 #   bookend-10k  bookend serve, examples/policies + 9,996 policies that do not match
 #   map          a MutatingAdmissionPolicy making bookend's change (CEL JSONPatch: an add at its
 #                index per step, one per field set on a user step), matched as bookend's
@@ -63,7 +66,7 @@ for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
     --patch-cost) PATCH_COST=1 ;;
-    -h | --help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,58p' "$0"; exit 0 ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
     esac
 done
@@ -203,6 +206,12 @@ if want bookend; then
     start_server bookend "$BOOKEND" serve --source files --policies examples/policies "${TLS[@]}"
     COUNTER[bookend]=bookend_admission_requests_total
 fi
+if want bookend-novalidate; then
+    start_server bookend-novalidate "$BOOKEND" serve --source files --policies examples/policies "${TLS[@]}"
+    COUNTER[bookend-novalidate]=bookend_admission_requests_total
+    $FIXTURES webhooks "$F/webhooks-deploy.json" "${URL[bookend-novalidate]}" "$CA_B64" \
+        -taskruns.validate.bookend.dev >"$F/webhooks-bookend-novalidate.json"
+fi
 if want bookend-10k; then
     $FIXTURES policies 10000 "$F/policies-10k"
     cp examples/policies/*.yaml "$F/policies-10k/"
@@ -291,6 +300,8 @@ activate() { # activate <setup>: switch, then probe until the answers are right
         "${probe[@]}" --body "$F/bookend-out.json" --expect "$F/expect-bookend.json" --webhook-calls 0 ;;
     map) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-bookend.json" --webhook-calls 0 ;;
     kyverno) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-kyverno.json" --webhook-calls -1 ;;
+    bookend-novalidate) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-bookend.json" --webhook-calls 1 \
+        --counter-url "${ADMIN[$s]}/metrics" --counter "${COUNTER[$s]}" --counter-delta 1 ;;
     *) "${probe[@]}" --body "$F/plain.json" --expect "$(expect_of "$s")" --webhook-calls 2 \
         --counter-url "${ADMIN[$s]}/metrics" --counter "${COUNTER[$s]}" --counter-delta 2 ;;
     esac >>"$OUT/logs/probe.log"
