@@ -16,6 +16,10 @@ file named. The report of a run is scripts/apiserver-report.py.
                                           by patchesJson6902, as platform teams write it
   expect OBJECT.json                      an expectation (spec, annotations) from a TaskRun
   steps NAME...                           an expectation of step names only
+  pod-expect POD.json                     an expectation of a TaskRun's Pod: its containers'
+                                          names in order and its tekton.dev labels
+  tamper POD.json                         the Pod with its first org container's image
+                                          changed (the Pod check must refuse it)
   policies N DIR                          N-4 non-matching filler policies (as benches/ make
                                           them) into DIR/fillers.json
   replace-patch OBJECT.json ADMITTED.json the same change as one replace of the steps
@@ -216,6 +220,25 @@ def cmd_steps(names):
     dump({"steps": names})
 
 
+def cmd_pod_expect(pod_path):
+    pod = load(pod_path)
+    labels = pod["metadata"]["labels"]
+    dump({
+        "containers": [c["name"] for c in pod["spec"]["containers"]],
+        "labels": {k: labels[k] for k in ("tekton.dev/taskRun", "tekton.dev/taskRunUID")},
+    })
+
+
+def cmd_tamper(pod_path):
+    pod = load(pod_path)
+    for c in pod["spec"]["containers"]:
+        if c["name"].startswith("step-bookend-"):
+            c["image"] = "docker.io/library/busybox:tampered"
+            dump(pod)
+            return
+    raise SystemExit(f"tamper: no org container (step-bookend-*) in {pod_path}")
+
+
 def one_step(step):
     return [
         {
@@ -367,6 +390,8 @@ def main():
         "kyverno": cmd_kyverno,
         "expect": cmd_expect,
         "steps": lambda *names: cmd_steps(list(names)),
+        "pod-expect": cmd_pod_expect,
+        "tamper": cmd_tamper,
         "policies": cmd_policies,
         "replace-patch": cmd_replace_patch,
         "minimal-patch": cmd_minimal_patch,
