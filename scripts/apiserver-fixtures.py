@@ -3,9 +3,12 @@
 is made of, and sizes. Standard library only; each command prints JSON to stdout or writes the
 file named. The report of a run is scripts/apiserver-report.py.
 
-  webhooks LIST.json URL CA_B64          deploy/'s webhook configurations (a kubectl List in
+  webhooks LIST.json URL CA_B64 [-NAME]  deploy/'s webhook configurations (a kubectl List in
                                           JSON) pointed at URL: clientConfig {url: URL+path,
-                                          caBundle}, everything else as bookend registers it
+                                          caBundle}, everything else as bookend registers it;
+                                          -NAME leaves the webhook NAME out (as the chart's
+                                          webhook.taskRunBackstop.enabled=false does for
+                                          taskruns.validate.bookend.dev)
   map PATCH.json WEBHOOKS.json           a MutatingAdmissionPolicy + binding applying PATCH
                                           (bookend's own patch, as CEL) with the match of
                                           bookend's mutating TaskRun webhook
@@ -13,6 +16,10 @@ file named. The report of a run is scripts/apiserver-report.py.
                                           by patchesJson6902, as platform teams write it
   expect OBJECT.json                      an expectation (spec, annotations) from a TaskRun
   steps NAME...                           an expectation of step names only
+  pod-expect POD.json                     an expectation of a TaskRun's Pod: its containers'
+                                          names in order and its tekton.dev labels
+  tamper POD.json                         the Pod with its first org container's image
+                                          changed (the Pod check must refuse it)
   policies N DIR                          N-4 non-matching filler policies (as benches/ make
                                           them) into DIR/fillers.json
   replace-patch OBJECT.json ADMITTED.json the same change as one replace of the steps
@@ -59,8 +66,16 @@ def dump(value):
 # set-ups
 
 
-def cmd_webhooks(list_path, url, ca_b64):
+def cmd_webhooks(list_path, url, ca_b64, *drop):
+    dropped = {d.removeprefix("-") for d in drop}
     items = load_items(list_path)
+    for item in items:
+        if "webhooks" in item:
+            names = {h["name"] for h in item["webhooks"]}
+            item["webhooks"] = [h for h in item["webhooks"] if h["name"] not in dropped]
+            dropped -= names
+    if dropped:
+        raise SystemExit(f"webhooks: no webhook named {sorted(dropped)} in {list_path}")
     for item in items:
         meta = item["metadata"]
         for key in ("resourceVersion", "uid", "creationTimestamp", "generation", "managedFields"):
@@ -203,6 +218,25 @@ def cmd_expect(object_path):
 
 def cmd_steps(names):
     dump({"steps": names})
+
+
+def cmd_pod_expect(pod_path):
+    pod = load(pod_path)
+    labels = pod["metadata"]["labels"]
+    dump({
+        "containers": [c["name"] for c in pod["spec"]["containers"]],
+        "labels": {k: labels[k] for k in ("tekton.dev/taskRun", "tekton.dev/taskRunUID")},
+    })
+
+
+def cmd_tamper(pod_path):
+    pod = load(pod_path)
+    for c in pod["spec"]["containers"]:
+        if c["name"].startswith("step-bookend-"):
+            c["image"] = "docker.io/library/busybox:tampered"
+            dump(pod)
+            return
+    raise SystemExit(f"tamper: no org container (step-bookend-*) in {pod_path}")
 
 
 def one_step(step):
@@ -356,6 +390,8 @@ def main():
         "kyverno": cmd_kyverno,
         "expect": cmd_expect,
         "steps": lambda *names: cmd_steps(list(names)),
+        "pod-expect": cmd_pod_expect,
+        "tamper": cmd_tamper,
         "policies": cmd_policies,
         "replace-patch": cmd_replace_patch,
         "minimal-patch": cmd_minimal_patch,

@@ -61,11 +61,25 @@ def webhook_ms(r):
     return out
 
 
+def resource(r):
+    """What the cell created: taskruns, or pods (set-ups pod-*)."""
+    return r.get("resource") or "taskruns"
+
+
+def baseline(setup):
+    """The no-admission set-up the same objects are created against."""
+    return "pod-none" if setup.startswith("pod-") else "none"
+
+
 def derived(r):
     n = max(1, r["requests"] - r["errors"])
     d = {}
-    d["req_ms"] = ms_per(r, "apiserver_request_duration_seconds", per=n, verb="POST", resource="taskruns")
-    d["sli_ms"] = ms_per(r, "apiserver_request_sli_duration_seconds", per=n, verb="POST", resource="taskruns")
+    d["req_ms"] = ms_per(r, "apiserver_request_duration_seconds", per=n, verb="POST", resource=resource(r))
+    d["sli_ms"] = ms_per(r, "apiserver_request_sli_duration_seconds", per=n, verb="POST", resource=resource(r))
+    # The webhook's own reads (the Pod check's GET of the owning TaskRun), as the apiserver
+    # timed them, per CREATE; and how many per CREATE.
+    d["get_taskrun_ms"] = ms_per(r, "apiserver_request_duration_seconds", per=n, verb="GET", resource="taskruns")
+    d["get_taskruns"] = metric(r, "apiserver_request_duration_seconds", verb="GET", resource="taskruns")[0] / n
     d["etcd_ms"] = ms_per(r, "etcd_request_duration_seconds", per=n, operation="create")
     wh = webhook_ms(r)
     d["mutate_ms"] = wh.get("admit", 0.0)
@@ -81,8 +95,8 @@ def derived(r):
     own = [m for m in r.get("webhook_metrics", []) if m["name"] == "bookend_admission_duration_seconds"]
     for m in own:
         ep = m["labels"].get("endpoint")
-        if ep in ("mutate", "validate") and m["count"]:
-            d[f"own_{ep}_ms"] = m["sum"] * 1000 / m["count"]
+        if ep in ("mutate", "validate", "validate-pods") and m["count"]:
+            d[f"own_{ep.replace('-', '_')}_ms"] = m["sum"] * 1000 / m["count"]
     return d
 
 
@@ -157,7 +171,7 @@ def cmd_report(results_path, out_dir):
     lines = []
     extra = [f"{r['setup']} r{r['round']} {level_name(r)}: {r['connections']}" for r in rows if r.get("connections", 1) > 1]
     lines.append(f"{len(rows)} cells, {sum(r['requests'] for r in rows):,} measured CREATEs, "
-                 f"{sum(r.get('checked', 0) for r in rows):,} TaskRuns checked, "
+                 f"{sum(r.get('checked', 0) for r in rows):,} objects (TaskRuns, Pods) checked, "
                  f"errors (failed CREATEs + wrong or missing objects): "
                  f"{sum(r['errors'] + r.get('mismatched', 0) + max(0, r.get('missing', 0)) for r in rows)}; "
                  f"load average {load_range([x for a in agg.values() for x in a['load']])}.")
@@ -195,6 +209,51 @@ def cmd_report(results_path, out_dir):
             cpu = "–" if a1 is None or n1 is None else f"{a1['cpu_apiserver'] / n1['cpu_apiserver']:.2f}"
             lines.append(f"| {s} | " + " | ".join(cells) + f" | {cpu} |")
         lines.append("")
+    # Ratios against no admission (Pods: against Pods without a webhook).
+    if any(baseline(s) in setups and s != baseline(s) for s in setups):
+        lines.append("### Against no admission (TaskRuns: none; Pods: pod-none)")
+        lines.append("")
+        lines.append("| set-up | " + " | ".join(f"{l}: p50 ×, p99 ×, rps ×" for l in levels) + " |")
+        lines.append("|---|" + "---|" * len(levels))
+        for s in setups:
+            if baseline(s) not in setups or s == baseline(s):
+                continue
+            cells = []
+            for l in levels:
+                a, b = agg.get((s, l)), agg.get((baseline(s), l))
+                if a is None or b is None:
+                    cells.append("–")
+                else:
+                    cells.append(f"{a['p50'] / b['p50']:.2f}, {a['p99'] / b['p99']:.2f}, {a['throughput'] / b['throughput']:.2f}")
+            lines.append(f"| {s} ÷ {baseline(s)} | " + " | ".join(cells) + " |")
+        for s, b in (("bookend-novalidate", "bookend"),):
+            if s in setups and b in setups:
+                cells = []
+                for l in levels:
+                    x, y = agg.get((s, l)), agg.get((b, l))
+                    cells.append("–" if x is None or y is None else
+                                 f"{x['p50'] / y['p50']:.2f}, {x['p99'] / y['p99']:.2f}, {x['throughput'] / y['throughput']:.2f}")
+                lines.append(f"| {s} ÷ {b} | " + " | ".join(cells) + " |")
+        lines.append("")
+    # Pod CREATEs: where the Pod check's time goes.
+    pod_setups = [s for s in setups if s.startswith("pod-")]
+    if pod_setups:
+        lines.append("### Pod CREATEs inside the apiserver (ms per CREATE, median over rounds)")
+        lines.append("")
+        lines.append("| set-up | level | request | SLI | validating webhook | bookend's own /validate-pods | its TaskRun GETs per CREATE, ms (apiserver) | etcd | CPU apiserver | CPU etcd | CPU webhook | busy (others) | stored bytes |")
+        lines.append("|---|---|" + "---:|" * 11)
+        for s in pod_setups:
+            for l in levels:
+                a = agg.get((s, l))
+                if a is None:
+                    continue
+                lines.append(
+                    f"| {s} | {l} | {fmt(a['req_ms'])} | {fmt(a['sli_ms'])} | {fmt(a['validate_ms'])} | "
+                    f"{fmt(a.get('own_validate_pods_ms', float('nan')), 3)} | {fmt(a['get_taskruns'])}, {fmt(a['get_taskrun_ms'])} | "
+                    f"{fmt(a['etcd_ms'])} | {fmt(a['cpu_apiserver'])} | {fmt(a['cpu_etcd'])} | {fmt(a['cpu_webhook'])} | "
+                    f"{fmt(a['busy'])} ({fmt(a['others'])}) | {fmt(int(a['object_bytes']))} |"
+                )
+        lines.append("")
     # Where the time goes, per level.
     for l in levels:
         lines.append(f"### Inside the apiserver, {l} (ms per CREATE, median over rounds)")
@@ -231,7 +290,8 @@ def cmd_report(results_path, out_dir):
     # summary.csv
     with open(out / "summary.csv", "w") as f:
         keys = ["throughput", "p50", "p90", "p99", "req_ms", "sli_ms", "mutate_ms", "validate_ms", "map_ms", "etcd_ms",
-                "cpu_apiserver", "cpu_etcd", "cpu_webhook", "cpu_client", "object_bytes", "busy", "others", "errors", "rounds"]
+                "cpu_apiserver", "cpu_etcd", "cpu_webhook", "cpu_client", "object_bytes", "busy", "others", "errors", "rounds",
+                "get_taskrun_ms"]
         f.write("setup,level," + ",".join(keys) + "\n")
         for s in setups:
             for l in levels:
@@ -245,7 +305,8 @@ def cmd_report(results_path, out_dir):
         xs = {l: int(l[2:]) for l in closed}
         for key, name, ylabel in (("throughput", "throughput", "CREATEs per second"),
                                   ("p50", "p50 latency", "p50 ms"), ("p99", "p99 latency", "p99 ms")):
-            svgplot.lines(out / f"apiserver-{key}.svg", f"TaskRun CREATE: {name}, closed loop",
+            title = "TaskRun CREATE" if not pod_setups else "CREATE (TaskRuns; pod-*: Pods)"
+            svgplot.lines(out / f"apiserver-{key}.svg", f"{title}: {name}, closed loop",
                           "creators (one HTTP/2 connection)", ylabel,
                           [(s, [(xs[l], agg[(s, l)][key]) for l in closed if (s, l) in agg]) for s in setups],
                           xlog=True)
@@ -258,7 +319,7 @@ def cmd_report(results_path, out_dir):
             if a:
                 for p in parts:
                     vals[(s, p)] = a[keys[p]]
-        svgplot.bars(out / "apiserver-cpu.svg", "CPU per TaskRun CREATE (1 creator)", "ms of CPU", setups, parts, vals)
+        svgplot.bars(out / "apiserver-cpu.svg", "CPU per CREATE (1 creator)" if pod_setups else "CPU per TaskRun CREATE (1 creator)", "ms of CPU", setups, parts, vals)
     print(f"report: {out / 'results.md'}, {out / 'summary.csv'}, {out}/*.svg")
 
 def cmd_quick(results_path):

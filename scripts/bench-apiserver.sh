@@ -14,6 +14,9 @@
 #                (an add at its index per inserted step, one per field set on a user step):
 #                the two patch shapes compared at equal result
 #   bookend      bookend serve, examples/policies
+#   bookend-novalidate  (optional) the same, registered without taskruns.validate.bookend.dev
+#                (the chart's webhook.taskRunBackstop.enabled=false): one webhook call per
+#                CREATE
 #   bookend-10k  bookend serve, examples/policies + 9,996 policies that do not match
 #   map          a MutatingAdmissionPolicy making bookend's change (CEL JSONPatch: an add at its
 #                index per step, one per field set on a user step), matched as bookend's
@@ -30,7 +33,19 @@
 # process's own counter). After each cell, every TaskRun it created is listed and checked, its
 # stored size read from etcd, and all are deleted.
 #
-#   scripts/bench-apiserver.sh                     # the full run (about 75 min on 2 cores)
+# Pod CREATEs (POD_SETUPS, measured as set-ups pod-<name>, rotated with the others): the Pod
+# Tekton's controller would create for build.yaml's TaskRun as bookend admitted it (one such
+# TaskRun is created once; the Pod is built by examples/tekton_pod.rs, the tests' model of
+# Tekton's pod builder: labels tekton.dev/taskRun and tekton.dev/taskRunUID, an ownerReference
+# to it), created as the controller's ServiceAccount (impersonation through the admin token).
+#   pod-none     no admission webhook
+#   pod-bookend  bookend serve --source kubernetes (the policies as ClusterStepPolicies: only
+#                that source reads TaskRuns) registered exactly as deployed: the Pod check GETs
+#                the owning TaskRun and checks every org container. Before its cells, a
+#                tampered Pod must be refused; every Pod of a cell must be admitted without a
+#                warning (bookend warns when it could not check a Pod).
+#
+#   scripts/bench-apiserver.sh                     # the full run (about 90 min on 2 cores)
 #   DURATION=5 scripts/bench-apiserver.sh --quick  # none, null, bookend at 1 and 8 creators
 #   scripts/bench-apiserver.sh --patch-cost        # no cluster: what applying bookend's patch
 #       costs the apiserver's own code (tests/apiserver-bench/patchcost), for build.yaml and a
@@ -44,6 +59,7 @@
 #   ROUNDS    rounds [3; q 1]                      CREATORS closed-loop creators [1 8 32; q 1 8]
 #   RATES     open-loop CREATEs per second [100 300; q none]
 #   SETUPS    [none null nullpatch bookend bookend-10k map posts; q none null bookend]
+#   POD_SETUPS  Pod CREATE set-ups, without the pod- prefix [none bookend; q none]
 #   BEFORE_BIN  another bookend binary, measured as set-up `before` (added to SETUPS)
 #   KYVERNO=1   add the `kyverno` set-up (first run builds Kyverno: ~18 min and ~2 GB of modules)
 #   STEPS     grow the TaskRun to this many user steps (its own two, repeated) []
@@ -63,13 +79,14 @@ for a in "$@"; do
     case $a in
     --quick) QUICK=1 ;;
     --patch-cost) PATCH_COST=1 ;;
-    -h | --help) sed -n '2,55p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,71p' "$0"; exit 0 ;;
     *) echo "unknown argument $a" >&2; exit 2 ;;
     esac
 done
 if [[ $QUICK == 1 ]]; then
     ROUNDS=${ROUNDS:-1}; CREATORS=${CREATORS-"1 8"}; RATES=${RATES-""}
     SETUPS=${SETUPS:-"none null bookend"}
+    POD_SETUPS=${POD_SETUPS-""}
 fi
 DURATION=${DURATION:-20}
 WARMUP=${WARMUP:-3}
@@ -77,6 +94,13 @@ ROUNDS=${ROUNDS:-3}
 CREATORS=${CREATORS-"1 8 32"}
 RATES=${RATES-"100 300"}
 SETUPS=${SETUPS:-"none null nullpatch bookend bookend-10k map posts"}
+POD_SETUPS=${POD_SETUPS-"none bookend"}
+for p in $POD_SETUPS; do
+    case $p in
+    none | bookend) SETUPS="$SETUPS pod-$p" ;;
+    *) echo "POD_SETUPS: unknown set-up $p (none, bookend)" >&2; exit 2 ;;
+    esac
+done
 [[ -n ${BEFORE_BIN:-} ]] && SETUPS="$SETUPS before"
 [[ ${KYVERNO:-0} == 1 ]] && SETUPS="$SETUPS kyverno"
 OUT=${OUT:-target/bench-apiserver}
@@ -86,9 +110,10 @@ target=${CARGO_TARGET_DIR:-target}
 log() { echo "bench-apiserver: $*" >&2; }
 
 # --- build -----------------------------------------------------------------------------------
-if [[ ! -x $target/release/bookend || ! -x $target/release/examples/null_webhook || ${BUILD:-0} == 1 ]]; then
-    log "building bookend and the null webhook (release)"
-    cargo build --release --bin bookend --example null_webhook >&2
+if [[ ! -x $target/release/bookend || ! -x $target/release/examples/null_webhook ||
+    ! -x $target/release/examples/tekton_pod || ${BUILD:-0} == 1 ]]; then
+    log "building bookend, the null webhook and the Pod builder (release)"
+    cargo build --release --bin bookend --example null_webhook --example tekton_pod >&2
 fi
 mkdir -p "$OUT/bin"
 if [[ $PATCH_COST == 1 ]]; then
@@ -125,6 +150,7 @@ REPORT="python3 scripts/apiserver-report.py"
 # Private copies: a concurrent build relinking target/release mid-run cannot mix versions.
 cp -p "$target/release/bookend" "$OUT/bin/bookend"
 cp -p "$target/release/examples/null_webhook" "$OUT/bin/null_webhook"
+cp -p "$target/release/examples/tekton_pod" "$OUT/bin/tekton_pod"
 [[ -n ${BEFORE_BIN:-} ]] && cp -p "$BEFORE_BIN" "$OUT/bin/bookend-before"
 BOOKEND=$OUT/bin/bookend
 
@@ -198,10 +224,19 @@ start_server() { # start_server <setup> <command...>
     wait_ready "${ADMIN[$setup]}/readyz" "$setup"
     $FIXTURES webhooks "$F/webhooks-deploy.json" "${URL[$setup]}" "$CA_B64" >"$F/webhooks-$setup.json"
 }
+# The Pod set-ups' user: Tekton's controller (bookend's default --tekton-controller), allowed to
+# create Pods; the admin token impersonates it.
+CONTROLLER=system:serviceaccount:tekton-pipelines:tekton-pipelines-controller
 want() { [[ " $SETUPS " == *" $1 "* ]]; }
 if want bookend; then
     start_server bookend "$BOOKEND" serve --source files --policies examples/policies "${TLS[@]}"
     COUNTER[bookend]=bookend_admission_requests_total
+fi
+if want bookend-novalidate; then
+    start_server bookend-novalidate "$BOOKEND" serve --source files --policies examples/policies "${TLS[@]}"
+    COUNTER[bookend-novalidate]=bookend_admission_requests_total
+    $FIXTURES webhooks "$F/webhooks-deploy.json" "${URL[bookend-novalidate]}" "$CA_B64" \
+        -taskruns.validate.bookend.dev >"$F/webhooks-bookend-novalidate.json"
 fi
 if want bookend-10k; then
     $FIXTURES policies 10000 "$F/policies-10k"
@@ -242,6 +277,15 @@ if want kyverno; then
     source scripts/bench-apiserver-kyverno.sh
     kyverno_start # sets PID[kyverno], writes $F/kyverno-policy.json and $F/expect-kyverno.json
 fi
+if want pod-bookend; then
+    # The Pod check reads the owning TaskRun from the API server: bookend with the cluster as
+    # its source, the example policies as objects (created before the TaskRun they apply to).
+    K apply -f deploy/base/crds.yaml >/dev/null
+    K wait --for condition=established --timeout=60s -f deploy/base/crds.yaml >/dev/null
+    K apply -f examples/policies >/dev/null
+    start_server pod-bookend "$BOOKEND" serve --source kubernetes "${TLS[@]}"
+    COUNTER[pod-bookend]=bookend_admission_requests_total
+fi
 
 {
     echo "date: $(date -u +%FT%TZ)"
@@ -254,6 +298,39 @@ fi
 log "$(tr '\n' ';' <"$OUT/env.txt")"
 
 CONN=(--server "$E2E_API_URL" --ca "$E2E_API_CA" --token "$E2E_TOKEN" --namespace "$NAMESPACE")
+AS_CONTROLLER=(--as "$CONTROLLER" --no-warnings)
+
+if [[ -n $POD_SETUPS ]]; then
+    # Tekton's controller may create Pods.
+    K apply -f - >/dev/null <<EOF
+{"apiVersion": "v1", "kind": "List", "items": [
+ {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+  "metadata": {"name": "bench-tekton-controller"},
+  "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]},
+ {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+  "metadata": {"name": "bench-tekton-controller"},
+  "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+              "name": "bench-tekton-controller"},
+  "subjects": [{"kind": "ServiceAccount", "namespace": "tekton-pipelines",
+                "name": "${CONTROLLER##*:}"}]}]}
+EOF
+    # The TaskRun the Pods belong to, admitted by bookend as deployed (all of deploy/'s
+    # webhooks), then the Pod Tekton would make of it.
+    owner=bookend
+    if want pod-bookend; then owner=pod-bookend; fi
+    [[ -n ${URL[$owner]:-} ]] || { log "POD_SETUPS needs bookend in SETUPS or POD_SETUPS"; exit 2; }
+    K apply -f "$F/webhooks-$owner.json" >/dev/null
+    "$BENCH" probe "${CONN[@]}" --body "$F/plain.json" --expect "$F/expect-bookend.json" \
+        --webhook-calls 2 >>"$OUT/logs/probe.log"
+    K create -n "$NAMESPACE" -f "$F/plain.json" -o json >"$F/owner.json"
+    python3 -c 'import json,sys; o,e=(json.load(open(p)) for p in sys.argv[1:]); sys.exit(o["spec"]!=e["spec"] and "the owning TaskRun is not as bookend admits it")' \
+        "$F/owner.json" "$F/expect-bookend.json"
+    K delete mutatingwebhookconfiguration,validatingwebhookconfiguration bookend.dev >/dev/null
+    "$OUT/bin/tekton_pod" "$F/owner.json" >"$F/pod.json"
+    $FIXTURES pod-expect "$F/pod.json" >"$F/expect-pod.json"
+    $FIXTURES tamper "$F/pod.json" >"$F/pod-tampered.json"
+    log "the Pod of TaskRun $NAMESPACE/$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["metadata"]["name"])' "$F/owner.json"): $(wc -c <"$F/pod.json") bytes"
+fi
 
 # --- switching set-ups -----------------------------------------------------------------------
 deactivate_all() {
@@ -263,9 +340,16 @@ deactivate_all() {
     if want kyverno; then kyverno_policy off; fi
 }
 
-body_of() { [[ $1 == posts ]] && echo "$F/bookend-out.json" || echo "$F/plain.json"; }
+body_of() {
+    case $1 in
+    posts) echo "$F/bookend-out.json" ;;
+    pod-*) echo "$F/pod.json" ;;
+    *) echo "$F/plain.json" ;;
+    esac
+}
 expect_of() {
     case $1 in
+    pod-*) echo "$F/expect-pod.json" ;;
     none | null) echo "$F/expect-plain.json" ;;
     before) echo "$F/expect-before.json" ;;
     kyverno) echo "$F/expect-kyverno.json" ;;
@@ -277,7 +361,7 @@ activate() { # activate <setup>: switch, then probe until the answers are right
     local s=$1
     deactivate_all
     case $s in
-    none | posts) ;;
+    none | posts | pod-none) ;;
     map) K apply -f "$F/map.json" >/dev/null ;;
     kyverno) kyverno_policy on ;;
     *) K apply -f "$F/webhooks-$s.json" >/dev/null ;;
@@ -291,6 +375,15 @@ activate() { # activate <setup>: switch, then probe until the answers are right
         "${probe[@]}" --body "$F/bookend-out.json" --expect "$F/expect-bookend.json" --webhook-calls 0 ;;
     map) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-bookend.json" --webhook-calls 0 ;;
     kyverno) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-kyverno.json" --webhook-calls -1 ;;
+    pod-none) "${probe[@]}" "${AS_CONTROLLER[@]}" --body "$F/pod.json" --expect "$F/expect-pod.json" --webhook-calls 0 ;;
+    pod-bookend)
+        # The check is on: a tampered Pod is refused; then Tekton's Pod is admitted, checked
+        # (no warning) by one call of the Pod webhook.
+        "${probe[@]}" "${AS_CONTROLLER[@]}" --body "$F/pod-tampered.json" --denied-by pods.validate.bookend.dev
+        "${probe[@]}" "${AS_CONTROLLER[@]}" --body "$F/pod.json" --expect "$F/expect-pod.json" --webhook-calls 1 \
+            --counter-url "${ADMIN[$s]}/metrics" --counter "${COUNTER[$s]}" --counter-delta 1 ;;
+    bookend-novalidate) "${probe[@]}" --body "$F/plain.json" --expect "$F/expect-bookend.json" --webhook-calls 1 \
+        --counter-url "${ADMIN[$s]}/metrics" --counter "${COUNTER[$s]}" --counter-delta 1 ;;
     *) "${probe[@]}" --body "$F/plain.json" --expect "$(expect_of "$s")" --webhook-calls 2 \
         --counter-url "${ADMIN[$s]}/metrics" --counter "${COUNTER[$s]}" --counter-delta 2 ;;
     esac >>"$OUT/logs/probe.log"
@@ -300,6 +393,7 @@ cell() { # cell <setup> <round> <closed|open> <n>
     local s=$1 r=$2 mode=$3 n=$4 load id
     if [[ $mode == closed ]]; then load=(--concurrency "$n"); id="$s-r$r-c$n"; else load=(--rate "$n"); id="$s-r$r-o$n"; fi
     local extra=()
+    if [[ $s == pod-* ]]; then extra+=("${AS_CONTROLLER[@]}"); fi
     if [[ -n ${PID[$s]:-} ]]; then extra+=(--pid "webhook=${PID[$s]}"); fi
     if [[ -n ${COUNTER[$s]:-} && ${COUNTER[$s]} == bookend_* ]]; then extra+=(--webhook-metrics "${ADMIN[$s]}/metrics"); fi
     "$BENCH" run "${CONN[@]}" --setup "$s" --round "$r" --cell "$id" "${load[@]}" \

@@ -1,13 +1,15 @@
 // apiserver-bench: the load client of scripts/bench-apiserver.sh (docs/apiserver-benchmark.md).
 //
-// It creates TaskRuns through a real kube-apiserver the way client-go does: N goroutines share
-// ONE HTTP/2 connection (the transport is limited to one connection and the run fails if a
-// second one is dialled). Standard library only, so it builds offline from the Go toolchain.
+// It creates TaskRuns (or a TaskRun's Pods) through a real kube-apiserver the way client-go
+// does: N goroutines share ONE HTTP/2 connection (the transport is limited to one connection
+// and the run fails if a second one is dialled). Standard library only, so it builds offline
+// from the Go toolchain.
 //
 //	apiserver-bench probe --body taskrun.json --expect expect.json --webhook-calls 2 ...
 //	    dry-run CREATEs until the answer is right `--need` times in a row: the object as
 //	    expected, the apiserver's webhook-call counter and (optionally) the serving process's
-//	    own request counter moved by the expected amounts per CREATE.
+//	    own request counter moved by the expected amounts per CREATE. With --denied-by NAME
+//	    the answer must instead be a refusal by the webhook NAME (a tampered object).
 //	apiserver-bench run --body taskrun.json --expect expect.json --concurrency 8 ...
 //	    one measured cell: warm-up (not recorded), metrics and CPU snapshot, measured load
 //	    (closed loop with --concurrency, or open loop at --rate per second), snapshot, then
@@ -15,7 +17,11 @@
 //	    expectation, its stored size read from etcd, and all of them deleted. Appends one JSON
 //	    line to --out.
 //
-// Connection flags: --server, --ca, --token, --namespace. See --help of each subcommand.
+// The body is a TaskRun (tekton.dev/v1 or v1beta1) or a Pod (v1). Connection flags: --server,
+// --ca, --token, --namespace; --as USER sends the CREATEs (of the load and of the probe) as
+// USER (impersonation; listing, checking and deleting stay the token's), as Tekton's
+// controller creates a TaskRun's Pods; --no-warnings counts an answer with a Warning header
+// as failed. See --help of each subcommand.
 package main
 
 import (
@@ -73,19 +79,24 @@ func main() {
 type client struct {
 	base  string
 	token string
+	// Impersonated user of the CREATEs (`Impersonate-User`), "" for the token's own.
+	as    string
 	http  *http.Client
 	dials atomic.Int64
 }
 
 type common struct {
-	server, ca, token, namespace string
+	server, ca, token, namespace, as string
+	noWarnings                       bool
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.server, "server", "", "kube-apiserver URL (https://127.0.0.1:PORT)")
 	fs.StringVar(&c.ca, "ca", "", "PEM file of the apiserver's CA")
 	fs.StringVar(&c.token, "token", os.Getenv("E2E_TOKEN"), "bearer token (default $E2E_TOKEN)")
-	fs.StringVar(&c.namespace, "namespace", "team-a", "namespace of the TaskRuns")
+	fs.StringVar(&c.namespace, "namespace", "team-a", "namespace of the objects")
+	fs.StringVar(&c.as, "as", "", "user the CREATEs are sent as (impersonation), e.g. Tekton's controller")
+	fs.BoolVar(&c.noWarnings, "no-warnings", false, "an answer to a CREATE with a Warning header is a failure")
 }
 
 func (c *common) client() (*client, error) {
@@ -97,7 +108,7 @@ func (c *common) client() (*client, error) {
 	if !pool.AppendCertsFromPEM(pem) {
 		return nil, fmt.Errorf("no certificate in %s", c.ca)
 	}
-	cl := &client{base: strings.TrimRight(c.server, "/"), token: c.token}
+	cl := &client{base: strings.TrimRight(c.server, "/"), token: c.token, as: c.as}
 	dialer := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	transport := &http.Transport{
 		TLSClientConfig:   &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12},
@@ -120,43 +131,59 @@ func (c *common) client() (*client, error) {
 }
 
 func (c *client) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	status, _, data, err := c.request(ctx, method, path, body, "")
+	return status, data, err
+}
+
+// create: a POST as the impersonated user (if any); also the answer's warnings.
+func (c *client) create(ctx context.Context, path string, body []byte) (int, []string, []byte, error) {
+	return c.request(ctx, "POST", path, body, c.as)
+}
+
+func (c *client) request(ctx context.Context, method, path string, body []byte, as string) (int, []string, []byte, error) {
 	var reader io.Reader
 	if body != nil {
 		reader = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, reader)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Accept", "application/json")
+	if as != "" {
+		req.Header.Set("Impersonate-User", as)
+	}
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, err
+		return 0, nil, nil, err
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(resp.Body)
+	warnings := resp.Header.Values("Warning")
 	if err != nil {
-		return resp.StatusCode, nil, err
+		return resp.StatusCode, warnings, nil, err
 	}
 	if resp.ProtoMajor != 2 {
-		return resp.StatusCode, data, fmt.Errorf("the apiserver answered over HTTP/%d.%d, not HTTP/2", resp.ProtoMajor, resp.ProtoMinor)
+		return resp.StatusCode, warnings, data, fmt.Errorf("the apiserver answered over HTTP/%d.%d, not HTTP/2", resp.ProtoMajor, resp.ProtoMinor)
 	}
-	return resp.StatusCode, data, nil
+	return resp.StatusCode, warnings, data, nil
 }
 
 // ---------------------------------------------------------------------------------------------
-// The TaskRun body and what the stored object must look like.
+// The body (a TaskRun or a Pod) and what the stored object must look like.
 
 type body struct {
 	json       []byte
 	apiVersion string
+	// The resource: "taskruns" or "pods".
+	resource string
 }
 
-// loadBody reads a TaskRun (JSON) and sets the cell label on it.
+// loadBody reads a TaskRun or a Pod (JSON) and sets the cell label on it.
 func loadBody(path, cell string) (*body, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -185,14 +212,40 @@ func loadBody(path, cell string) (*body, error) {
 		return nil, err
 	}
 	apiVersion, _ := obj["apiVersion"].(string)
-	if !strings.HasPrefix(apiVersion, "tekton.dev/") {
-		return nil, fmt.Errorf("%s: apiVersion %q is not tekton.dev/...", path, apiVersion)
+	kind, _ := obj["kind"].(string)
+	var resource string
+	switch {
+	case kind == "TaskRun" && strings.HasPrefix(apiVersion, "tekton.dev/"):
+		resource = "taskruns"
+	case kind == "Pod" && apiVersion == "v1":
+		resource = "pods"
+	default:
+		return nil, fmt.Errorf("%s: %s %s is neither a tekton.dev TaskRun nor a v1 Pod", path, apiVersion, kind)
 	}
-	return &body{json: out, apiVersion: apiVersion}, nil
+	return &body{json: out, apiVersion: apiVersion, resource: resource}, nil
+}
+
+// group: the API group ("" for the core group).
+func (b *body) group() string {
+	if group, _, ok := strings.Cut(b.apiVersion, "/"); ok {
+		return group
+	}
+	return ""
 }
 
 func (b *body) collection(namespace string) string {
-	return fmt.Sprintf("/apis/%s/namespaces/%s/taskruns", b.apiVersion, namespace)
+	if b.group() == "" {
+		return fmt.Sprintf("/api/%s/namespaces/%s/%s", b.apiVersion, namespace, b.resource)
+	}
+	return fmt.Sprintf("/apis/%s/namespaces/%s/%s", b.apiVersion, namespace, b.resource)
+}
+
+// etcdKey: where the apiserver stores the object (its default prefixes).
+func (b *body) etcdKey(namespace, name string) string {
+	if b.group() == "" {
+		return fmt.Sprintf("/registry/%s/%s/%s", b.resource, namespace, name)
+	}
+	return fmt.Sprintf("/registry/%s/%s/%s/%s", b.group(), b.resource, namespace, name)
 }
 
 // expectation: what every created TaskRun must be. Absent members are not checked.
@@ -201,8 +254,12 @@ type expectation struct {
 	Spec any `json:"spec"`
 	// metadata.annotations exactly (an empty object: none at all).
 	Annotations map[string]string `json:"annotations"`
-	// The step names in order.
+	// The step names in order (a TaskRun).
 	Steps []string `json:"steps"`
+	// spec.containers' names in order (a Pod).
+	Containers []string `json:"containers"`
+	// metadata.labels that must be there with these values (others may be).
+	Labels map[string]string `json:"labels"`
 }
 
 func loadExpectation(path string) (*expectation, error) {
@@ -256,6 +313,29 @@ func (e *expectation) check(object map[string]any) string {
 		}
 		if !reflect.DeepEqual(names, e.Steps) {
 			return fmt.Sprintf("steps %v, want %v", names, e.Steps)
+		}
+	}
+	if e.Containers != nil {
+		var names []string
+		if s, ok := spec.(map[string]any); ok {
+			containers, _ := s["containers"].([]any)
+			for _, c := range containers {
+				m, _ := c.(map[string]any)
+				n, _ := m["name"].(string)
+				names = append(names, n)
+			}
+		}
+		if !reflect.DeepEqual(names, e.Containers) {
+			return fmt.Sprintf("containers %v, want %v", names, e.Containers)
+		}
+	}
+	if e.Labels != nil {
+		meta, _ := object["metadata"].(map[string]any)
+		labels, _ := meta["labels"].(map[string]any)
+		for k, want := range e.Labels {
+			if got, _ := labels[k].(string); got != want {
+				return fmt.Sprintf("label %s=%q, want %q", k, got, want)
+			}
 		}
 	}
 	return ""
@@ -494,8 +574,9 @@ func probe(args []string) error {
 	fs := flag.NewFlagSet("probe", flag.ExitOnError)
 	var c common
 	c.register(fs)
-	bodyPath := fs.String("body", "", "TaskRun (JSON) to dry-run create")
-	expectPath := fs.String("expect", "", "expectation (JSON: spec, annotations, steps)")
+	bodyPath := fs.String("body", "", "TaskRun or Pod (JSON) to dry-run create")
+	expectPath := fs.String("expect", "", "expectation (JSON: spec, annotations, steps, containers, labels)")
+	deniedBy := fs.String("denied-by", "", "instead: the answer must be a refusal by this webhook")
 	calls := fs.Float64("webhook-calls", -1, "apiserver webhook calls per CREATE (-1: not checked)")
 	counterURL := fs.String("counter-url", "", "plain-HTTP /metrics of the serving process")
 	counterName := fs.String("counter", "", "series name summed at --counter-url")
@@ -511,9 +592,13 @@ func probe(args []string) error {
 	if err != nil {
 		return err
 	}
-	exp, err := loadExpectation(*expectPath)
-	if err != nil {
-		return err
+	exp := &expectation{}
+	if *expectPath != "" {
+		if exp, err = loadExpectation(*expectPath); err != nil {
+			return err
+		}
+	} else if *deniedBy == "" {
+		return errors.New("give --expect or --denied-by")
 	}
 	ctx := context.Background()
 	deadline := time.Now().Add(*timeout)
@@ -524,7 +609,7 @@ func probe(args []string) error {
 			return fmt.Errorf("probe: not right %d times in a row within %v (%d attempts); last: %s", *need, *timeout, attempts, last)
 		}
 		attempts++
-		problem, err := probeOnce(ctx, cl, &c, b, exp, *calls, *counterURL, *counterName, *counterDelta)
+		problem, err := probeOnce(ctx, cl, &c, b, exp, *deniedBy, *calls, *counterURL, *counterName, *counterDelta)
 		if err != nil {
 			problem = err.Error()
 		}
@@ -539,7 +624,7 @@ func probe(args []string) error {
 	return nil
 }
 
-func probeOnce(ctx context.Context, cl *client, c *common, b *body, exp *expectation, calls float64, counterURL, counterName string, counterDelta float64) (string, error) {
+func probeOnce(ctx context.Context, cl *client, c *common, b *body, exp *expectation, deniedBy string, calls float64, counterURL, counterName string, counterDelta float64) (string, error) {
 	before, err := cl.apiserverMetrics(ctx)
 	if err != nil {
 		return "", err
@@ -550,19 +635,32 @@ func probeOnce(ctx context.Context, cl *client, c *common, b *body, exp *expecta
 			return "", err
 		}
 	}
-	status, data, err := cl.do(ctx, "POST", b.collection(c.namespace)+"?dryRun=All", b.json)
+	status, warnings, data, err := cl.create(ctx, b.collection(c.namespace)+"?dryRun=All", b.json)
 	if err != nil {
 		return "", err
 	}
-	if status != 201 {
-		return fmt.Sprintf("HTTP %d: %s", status, truncate(string(data), 300)), nil
-	}
-	var object map[string]any
-	if err := json.Unmarshal(data, &object); err != nil {
-		return "", err
-	}
-	if problem := exp.check(object); problem != "" {
-		return problem, nil
+	if deniedBy != "" {
+		var answer struct {
+			Message string `json:"message"`
+		}
+		_ = json.Unmarshal(data, &answer)
+		if status == 201 || !strings.Contains(answer.Message, `"`+deniedBy+`" denied`) {
+			return fmt.Sprintf("not refused by %s: HTTP %d: %s", deniedBy, status, truncate(string(data), 300)), nil
+		}
+	} else {
+		if status != 201 {
+			return fmt.Sprintf("HTTP %d: %s", status, truncate(string(data), 300)), nil
+		}
+		if c.noWarnings && len(warnings) > 0 {
+			return fmt.Sprintf("admitted with warnings: %s", truncate(strings.Join(warnings, "; "), 300)), nil
+		}
+		var object map[string]any
+		if err := json.Unmarshal(data, &object); err != nil {
+			return "", err
+		}
+		if problem := exp.check(object); problem != "" {
+			return problem, nil
+		}
 	}
 	after, err := cl.apiserverMetrics(ctx)
 	if err != nil {
@@ -604,19 +702,24 @@ func (r *loadResult) fail(msg string) {
 	}
 }
 
-func createOnce(ctx context.Context, cl *client, path string, b []byte) string {
-	status, data, err := cl.do(ctx, "POST", path, b)
+// createOnce: "" when the object was created (and, with noWarnings, answered without a
+// warning), else what went wrong.
+func createOnce(ctx context.Context, cl *client, path string, b []byte, noWarnings bool) string {
+	status, warnings, data, err := cl.create(ctx, path, b)
 	if err != nil {
 		return err.Error()
 	}
 	if status != 201 {
 		return fmt.Sprintf("HTTP %d: %s", status, truncate(string(data), 200))
 	}
+	if noWarnings && len(warnings) > 0 {
+		return "created with warnings: " + truncate(strings.Join(warnings, "; "), 200)
+	}
 	return ""
 }
 
 // closedLoop: `n` creators, each sending its next CREATE when the previous one is answered.
-func closedLoop(ctx context.Context, cl *client, path string, b []byte, n int, d time.Duration) *loadResult {
+func closedLoop(ctx context.Context, cl *client, path string, b []byte, noWarnings bool, n int, d time.Duration) *loadResult {
 	res := &loadResult{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -630,7 +733,7 @@ func closedLoop(ctx context.Context, cl *client, path string, b []byte, n int, d
 			var errs []string
 			for time.Now().Before(end) {
 				t0 := time.Now()
-				problem := createOnce(ctx, cl, path, b)
+				problem := createOnce(ctx, cl, path, b, noWarnings)
 				if problem == "" {
 					lat = append(lat, time.Since(t0))
 				} else {
@@ -654,7 +757,7 @@ func closedLoop(ctx context.Context, cl *client, path string, b []byte, n int, d
 // openLoop: CREATEs sent at a fixed rate whatever the answers; latency counted from the moment
 // each was due (no coordinated omission). At most `maxInFlight` outstanding; beyond that a
 // request is dropped and counted as an error.
-func openLoop(ctx context.Context, cl *client, path string, b []byte, rate float64, d time.Duration, maxInFlight int) *loadResult {
+func openLoop(ctx context.Context, cl *client, path string, b []byte, noWarnings bool, rate float64, d time.Duration, maxInFlight int) *loadResult {
 	res := &loadResult{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -681,7 +784,7 @@ func openLoop(ctx context.Context, cl *client, path string, b []byte, rate float
 		wg.Add(1)
 		go func(due time.Time) {
 			defer wg.Done()
-			problem := createOnce(ctx, cl, path, b)
+			problem := createOnce(ctx, cl, path, b, noWarnings)
 			lat := time.Since(due)
 			<-sem
 			mu.Lock()
@@ -788,7 +891,11 @@ func (p pidList) Set(v string) error {
 }
 
 type cellResult struct {
-	Setup       string  `json:"setup"`
+	Setup string `json:"setup"`
+	// What was created: "taskruns" or "pods".
+	Resource string `json:"resource"`
+	// The user the CREATEs were sent as ("" for the token's own).
+	As          string  `json:"as,omitempty"`
 	Round       int     `json:"round"`
 	Cell        string  `json:"cell"`
 	Mode        string  `json:"mode"`
@@ -835,8 +942,8 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("run", flag.ExitOnError)
 	var c common
 	c.register(fs)
-	bodyPath := fs.String("body", "", "TaskRun (JSON) to create")
-	expectPath := fs.String("expect", "", "expectation every created TaskRun is checked against")
+	bodyPath := fs.String("body", "", "TaskRun or Pod (JSON) to create")
+	expectPath := fs.String("expect", "", "expectation every created object is checked against")
 	setup := fs.String("setup", "", "name of the set-up (for the report)")
 	round := fs.Int("round", 0, "round number (for the report)")
 	cell := fs.String("cell", "", "cell id: the label value of the TaskRuns it creates")
@@ -845,7 +952,7 @@ func run(args []string) error {
 	maxInFlight := fs.Int("max-in-flight", 512, "open loop: outstanding CREATEs before dropping")
 	warmup := fs.Duration("warmup", 3*time.Second, "unrecorded warm-up")
 	duration := fs.Duration("duration", 20*time.Second, "measured time")
-	etcd := fs.String("etcd", "", "etcd client URL, to read the stored size of one TaskRun")
+	etcd := fs.String("etcd", "", "etcd client URL, to read the stored size of one created object")
 	webhookMetrics := fs.String("webhook-metrics", "", "plain-HTTP /metrics of the webhook process (bookend)")
 	clkTck := fs.Float64("clk-tck", 100, "clock ticks per second (getconf CLK_TCK)")
 	out := fs.String("out", "", "append the result (one JSON line) here")
@@ -875,12 +982,12 @@ func run(args []string) error {
 	path := b.collection(c.namespace)
 	drive := func(d time.Duration) *loadResult {
 		if *concurrency > 0 {
-			return closedLoop(ctx, cl, path, b.json, *concurrency, d)
+			return closedLoop(ctx, cl, path, b.json, c.noWarnings, *concurrency, d)
 		}
-		return openLoop(ctx, cl, path, b.json, *rate, d, *maxInFlight)
+		return openLoop(ctx, cl, path, b.json, c.noWarnings, *rate, d, *maxInFlight)
 	}
 
-	res := cellResult{Setup: *setup, Round: *round, Cell: *cell, Concurrency: *concurrency, Rate: *rate,
+	res := cellResult{Setup: *setup, Resource: b.resource, As: c.as, Round: *round, Cell: *cell, Concurrency: *concurrency, Rate: *rate,
 		StartedAt: time.Now().UTC().Format(time.RFC3339), LoadavgStart: loadavg()}
 	if *concurrency > 0 {
 		res.Mode = "closed"
@@ -956,7 +1063,7 @@ func run(args []string) error {
 	}
 	res.Created = len(warm.Latencies) + len(lat)
 
-	// Every TaskRun of the cell, warm-up included: checked, sized, deleted.
+	// Every object of the cell, warm-up included: checked, sized, deleted.
 	if err := checkAll(ctx, cl, &c, b, exp, *cell, *etcd, &res); err != nil {
 		return err
 	}
@@ -1064,8 +1171,7 @@ func objectSize(ctx context.Context, cl *client, c *common, b *body, etcd, name 
 	if etcd == "" {
 		return nil
 	}
-	group := strings.SplitN(b.apiVersion, "/", 2)[0]
-	key := fmt.Sprintf("/registry/%s/taskruns/%s/%s", group, c.namespace, name)
+	key := b.etcdKey(c.namespace, name)
 	req, _ := json.Marshal(map[string]string{"key": base64.StdEncoding.EncodeToString([]byte(key))})
 	resp, err := http.Post(strings.TrimRight(etcd, "/")+"/v3/kv/range", "application/json", bytes.NewReader(req))
 	if err != nil {
@@ -1173,7 +1279,7 @@ func deleteAll(ctx context.Context, cl *client, c *common, b *body, cell string)
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return errors.New("TaskRuns of the cell still there after 10 minutes of deleting")
+			return fmt.Errorf("%s of the cell still there after 10 minutes of deleting", b.resource)
 		}
 		time.Sleep(time.Second)
 	}
