@@ -190,7 +190,7 @@ wait_ready() { # wait_ready <url> <what>
     log "$2 did not become ready ($1)"; return 1
 }
 
-"$BOOKEND" certs --out-dir "$OUT/certs" --host 127.0.0.1 >/dev/null
+"$BOOKEND" certs --force --out-dir "$OUT/certs" --host 127.0.0.1 >/dev/null
 CA_B64=$(cat "$OUT/certs/ca.crt.b64")
 TLS=(--tls-cert "$OUT/certs/tls.crt" --tls-key "$OUT/certs/tls.key")
 

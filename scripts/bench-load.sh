@@ -71,7 +71,7 @@ cp -p "$NULL" "$OUT/bin/null_webhook"
 BOOKEND=$OUT/bin/bookend
 NULL=$OUT/bin/null_webhook
 rm -f "$OUT"/raw/*
-"$BOOKEND" certs --out-dir "$OUT/certs" --host 127.0.0.1 --host localhost >/dev/null
+"$BOOKEND" certs --force --out-dir "$OUT/certs" --host 127.0.0.1 --host localhost >/dev/null
 
 # --- bodies ---
 declare -A body_file

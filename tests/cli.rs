@@ -77,6 +77,42 @@ fn validate_reports_file_policy_path_and_message() {
     );
 }
 
+/// A wrong path in CI must not go green: a missing path, a directory without policy files and
+/// a file without a policy are usage errors (exit 2), each named.
+#[test]
+fn validate_without_policies_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing");
+    let out = bookend(&["validate", "--policies", missing.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("missing: cannot read"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let empty = dir.path().join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    std::fs::write(empty.join("README.md"), "not a policy\n").unwrap();
+    let out = bookend(&["validate", "--policies", empty.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no policy files (*.yaml, *.yml, *.json) under"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    let blank = dir.path().join("blank.yaml");
+    std::fs::write(&blank, "# nothing yet\n").unwrap();
+    let out = bookend(&["validate", "--policies", blank.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("no policies in"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
 /// Issue 14's reproduction: a team's StepPolicy that reuses an org volume name (and sorts
 /// first by priority and name) is the one refused; the org policy stays and keeps injecting.
 #[test]
@@ -284,6 +320,28 @@ fn render_patch_and_json_outputs_agree() {
     assert_eq!(patched, from_json);
 }
 
+/// docs/policy.md shows `render --explain` for build.yaml: the sample is what the binary prints.
+#[test]
+fn the_explain_sample_in_the_policy_reference_is_what_render_prints() {
+    let doc = std::fs::read_to_string(common::root().join("docs/policy.md")).unwrap();
+    let start = doc
+        .find("TaskRun team-a/build-<generated>:")
+        .expect("the explain sample in docs/policy.md");
+    let end = start + doc[start..].find("\n```").unwrap();
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/build.yaml",
+        "--explain",
+        "-o",
+        "patch",
+    ]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(text(&out.stderr).trim_end(), &doc[start..end]);
+}
+
 #[test]
 fn render_explain_and_namespace_labels() {
     let policy_dir = tempfile::tempdir().unwrap();
@@ -436,7 +494,7 @@ fn test_runs_the_example_policy_tests() {
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(
-        stdout.ends_with("10 passed, 0 failed (10 cases in 1 test)\n"),
+        stdout.ends_with("11 passed, 0 failed (11 cases in 1 test)\n"),
         "{stdout}"
     );
 }

@@ -19,9 +19,24 @@ pub struct CertsArgs {
     /// Validity of the serving certificate, in days (the CA gets ten times as long).
     #[arg(long, default_value_t = 365)]
     pub days: u32,
+    /// Replace a CA already in the output directory (every certificate it signed, and every
+    /// webhook configuration whose caBundle holds it, stops being trusted).
+    #[arg(long)]
+    pub force: bool,
 }
 
 pub(super) fn run(args: &CertsArgs) -> u8 {
+    let existing = ["ca.crt", "ca.key"]
+        .map(|f| args.out_dir.join(f))
+        .into_iter()
+        .find(|p| p.exists());
+    if let (Some(path), false) = (existing, args.force) {
+        eprintln!(
+            "error: {} exists; a new CA would leave the certificates it signed and the caBundle of every webhook configuration that trusts it behind. Pass --force to replace it, or --out-dir for another directory",
+            path.display()
+        );
+        return exit::USAGE;
+    }
     match crate::certs::generate(&args.out_dir, &args.hosts, args.days) {
         Ok(written) => {
             for path in written.paths() {

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{EngineArgs, exit, plural};
-use crate::source::walk::policy_set;
+use crate::source::walk::{policy_files, policy_set};
 
 #[derive(Args, Debug)]
 pub struct ValidateArgs {
@@ -16,10 +16,36 @@ pub struct ValidateArgs {
     pub engine: EngineArgs,
 }
 
-/// Exit 0 when every policy is valid, 1 with `file: policy: field.path: message` lines when not.
+/// Exit 0 when every policy is valid, 1 with `file: policy: field.path: message` lines when not,
+/// 2 when a path cannot be read or holds no policy at all (a wrong path in CI must not pass).
 pub(super) fn run(args: &ValidateArgs) -> u8 {
+    let files = match policy_files(&args.policies) {
+        Ok(files) => files,
+        Err(issue) => {
+            eprintln!("error: {}: {}", issue.source, issue.message);
+            return exit::USAGE;
+        }
+    };
+    let named = || {
+        args.policies
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if files.is_empty() {
+        eprintln!(
+            "error: no policy files (*.yaml, *.yml, *.json) under {}",
+            named()
+        );
+        return exit::USAGE;
+    }
     let loaded = policy_set(&args.policies, args.engine.settings());
     let (set, issues) = (loaded.set, loaded.issues);
+    if issues.is_empty() && loaded.documents == 0 {
+        eprintln!("error: no policies in {}", named());
+        return exit::USAGE;
+    }
     if issues.is_empty() {
         println!(
             "valid: {} {}",

@@ -245,9 +245,32 @@ fn certs_writes_the_files_and_names_them() {
     let info = bookend::server::tls::cert_info(&der).unwrap();
     assert_eq!(info.sans, ["bookend.bookend.svc", "10.0.0.7"]);
 
+    // An existing CA is kept unless --force says otherwise.
+    let ca_before = std::fs::read(out_dir.join("ca.crt")).unwrap();
+    let again = |extra: &[&str]| {
+        bookend()
+            .args(["certs", "--out-dir"])
+            .arg(&out_dir)
+            .args(["--host", "localhost"])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = again(&[]);
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("ca.crt exists") && stderr.contains("--force"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(out_dir.join("ca.crt")).unwrap(), ca_before);
+    let out = again(&["--force"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_ne!(std::fs::read(out_dir.join("ca.crt")).unwrap(), ca_before);
+
     let out = bookend()
         .args(["certs", "--out-dir"])
-        .arg(&out_dir)
+        .arg(dir.path().join("fresh"))
         .args(["--host", "bad host!"])
         .output()
         .unwrap();
