@@ -82,42 +82,72 @@ fn params_used_by(applied: &[&Policy]) -> BTreeSet<String> {
 /// A param value an org step uses must not carry `$(`: Tekton pastes it into the step, where
 /// the kubelet expands `$(NAME)` against the step's other env variables and Tekton's entrypoint
 /// replaces `$(steps.<s>.results.<r>)` at run time, so the value would become the org step's
-/// secrets or another step's results (sent where the author says). Checked in the TaskRun's
-/// `spec.params` and in the defaults of the Task it runs.
+/// secrets or another step's results (sent where the author says). Tekton pastes every value in
+/// one pass, so a value ending in `$` before a `(`, or one starting with `(` after a `$`, makes
+/// the same `$(` out of two harmless halves: refused too. Checked in the TaskRun's `spec.params`
+/// and in the defaults of the Task it runs.
 pub fn check_param_values(
     spec: &Value,
     task_spec: Option<&Value>,
     applied: &[&Policy],
 ) -> Result<(), Denial> {
     let used = params_used_by(applied);
+    check_params(spec.get("params"), "spec.params", "value", &used)?;
+    if let Some(task_spec) = task_spec {
+        check_params(
+            task_spec.get("params"),
+            "spec.taskSpec.params",
+            "default",
+            &used,
+        )?;
+    }
+    Ok(())
+}
+
+/// [`check_param_values`] for the defaults of a Task resolved after the TaskRun's admission (the
+/// dry-run mutation of a remote Task): `at` names the Task's params (`spec.params`).
+pub fn check_param_defaults(
+    task_spec: &Value,
+    at: &str,
+    applied: &[&Policy],
+) -> Result<(), Denial> {
+    check_params(
+        task_spec.get("params"),
+        at,
+        "default",
+        &params_used_by(applied),
+    )
+}
+
+fn check_params(
+    list: Option<&Value>,
+    at: &str,
+    key: &str,
+    used: &BTreeSet<String>,
+) -> Result<(), Denial> {
     if used.is_empty() {
         return Ok(());
     }
     let carries = |value: &Value| {
         let mut found = false;
-        walk_strings(value, &mut |s| found |= s.contains("$("));
+        walk_strings(value, &mut |s| {
+            found |= s.contains("$(") || s.ends_with('$') || s.starts_with('(');
+        });
         found
     };
-    let check = |list: Option<&Value>, at: &str, key: &str| -> Result<(), Denial> {
-        for (i, param) in list_of(list).iter().enumerate() {
-            let name = param.get("name").and_then(Value::as_str).unwrap_or("");
-            if used.contains(name)
-                && let Some(value) = param.get(key)
-                && carries(value)
-            {
-                return Err(Denial::field(
-                    format!("{at}[{i}].{key}"),
-                    format!(
-                        "param {name:?} holds \"$(\", and an org step uses $(params.{name}): Kubernetes and Tekton's entrypoint expand \"$(…)\" again inside the step at run time, into its other variables (its credentials) or other steps' results, so the value would carry them where it goes; pass the value without \"$(\""
-                    ),
-                ));
-            }
+    for (i, param) in list_of(list).iter().enumerate() {
+        let name = param.get("name").and_then(Value::as_str).unwrap_or("");
+        if used.contains(name)
+            && let Some(value) = param.get(key)
+            && carries(value)
+        {
+            return Err(Denial::field(
+                format!("{at}[{i}].{key}"),
+                format!(
+                    "param {name:?} holds \"$(\" (or a \"$\" at its end or a \"(\" at its start, which Tekton's pasting joins into one), and an org step uses $(params.{name}): Kubernetes and Tekton's entrypoint expand \"$(…)\" again inside the step at run time, into its other variables (its credentials) or other steps' results, so the value would carry them where it goes; pass the value without \"$(\""
+                ),
+            ));
         }
-        Ok(())
-    };
-    check(spec.get("params"), "spec.params", "value")?;
-    if let Some(task_spec) = task_spec {
-        check(task_spec.get("params"), "spec.taskSpec.params", "default")?;
     }
     Ok(())
 }

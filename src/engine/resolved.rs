@@ -60,9 +60,14 @@ pub fn decide_resolved_task(
         .pointer("/metadata/annotations")
         .and_then(|a| a.get(isolate::EXECUTION_MODE_ANNOTATION))
         .and_then(Value::as_str);
+    // The Task's param defaults reach the org steps as the TaskRun's own values do (checked
+    // at the TaskRun's admission); a remote Task is first seen here.
+    let defaults = task.get("spec").map_or(Ok(()), |spec| {
+        isolate::check_param_defaults(spec, "spec.params", &applied)
+    });
     let result = match (
         applied.is_empty(),
-        isolate::check_annotations(execution_mode, "metadata.annotations"),
+        isolate::check_annotations(execution_mode, "metadata.annotations").and(defaults),
     ) {
         (false, Err(denial)) => Err(denial),
         _ => seal(

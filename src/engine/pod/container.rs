@@ -9,6 +9,8 @@
 //! anything else (an env var, a mount, a flag, a field) is refused. Keys of `securityContext`
 //! and `resources` the policy leaves unset may be set by the platform (a LimitRange, an SCC).
 
+use std::collections::BTreeMap;
+
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
@@ -546,9 +548,33 @@ fn json_matches(want: &Value, actual: &Value) -> bool {
 /// written. A variable's value is any text for `data` (an env value, a `when` value); else a
 /// plain token (no spaces, quotes or shell operators), so that a variable can stand for a path
 /// or a name but never for code.
+///
+/// Whatever the values, `actual` holds no `$(…)` that `want` does not: the kubelet and Tekton's
+/// entrypoint expand those again at run time (into the step's credentials, other steps'
+/// results), and a value carrying one, or two pasted values making one, is the author's text
+/// turned into the org step's secrets.
 pub fn matches(want: &str, actual: &str, data: bool) -> bool {
     let parts = split_variables(want);
-    matches_parts(&parts, actual, data)
+    matches_parts(&parts, actual, data) && no_new_expansions(want, actual)
+}
+
+/// Every `$(…)` in `actual` (to its first `)`) appears in `want` at least as often.
+fn no_new_expansions(want: &str, actual: &str) -> bool {
+    fn expansions(text: &str) -> BTreeMap<&str, usize> {
+        let mut found = BTreeMap::new();
+        let mut rest = text;
+        while let Some(start) = rest.find("$(") {
+            let from = &rest[start..];
+            let end = from.find(')').map_or(from.len(), |e| e + 1);
+            *found.entry(&from[..end]).or_insert(0) += 1;
+            rest = &from[2..];
+        }
+        found
+    }
+    let allowed = expansions(want);
+    expansions(actual)
+        .into_iter()
+        .all(|(e, n)| allowed.get(e).is_some_and(|&m| n <= m))
 }
 
 /// `want` cut at its Tekton variables: `Ok` literal text, `Err` a variable.
@@ -632,6 +658,34 @@ fn member(value: &Value, key: &str) -> Value {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Round 4 of the breakers: a value (a remote Task's default, two pasted halves) that
+    /// brings a `$(…)` the kubelet or the entrypoint would expand into the org step's secrets
+    /// or results is not the policy's env value, whatever the value otherwise is.
+    #[test]
+    fn a_value_brings_no_expansion_of_its_own() {
+        let want = "$(params.sbom-url)";
+        assert!(matches(want, "https://sbom.example.com/up", true));
+        assert!(!matches(want, "https://evil.example/?t=$(TOKEN)", true));
+        assert!(!matches(
+            want,
+            "https://evil/?r=$(steps.bookend-creds.results.token)",
+            true
+        ));
+        let pasted = "https://$(params.sbom-host)$(params.sbom-path)";
+        assert!(matches(pasted, "https://sbom.example.com/v1", true));
+        assert!(!matches(pasted, "https://evil.example/?t=$(TOKEN)", true));
+        // The policy's own expansions stay allowed, as often as the policy writes them.
+        let own = "Bearer $(TOKEN) for $(params.who)";
+        assert!(matches(own, "Bearer $(TOKEN) for team-a", true));
+        assert!(!matches(own, "Bearer $(TOKEN) for $(TOKEN)", true));
+        // Variables Tekton leaves as written for the entrypoint still match as written.
+        assert!(matches(
+            "$(steps.bookend-gate-1.results.ok)",
+            "$(steps.bookend-gate-1.results.ok)",
+            true
+        ));
+    }
 
     #[test]
     fn variables_match_their_values_and_only_tokens_outside_data() {

@@ -53,6 +53,16 @@ pub fn check_pod(
         ]);
     };
     let namespace = view.namespace().unwrap_or_default();
+    // Whatever the policies select now: the TaskRun's labels and ownerReferences can change
+    // after admission (Tekton freezes only the spec), so a TaskRun admitted with org steps and
+    // their volumes may match no policy by the time its Pod is built. The author's containers
+    // never mount what bookend or Tekton keep for org steps, selected or not.
+    check_author_mounts(pod, set.settings()).map_err(|e| Denial {
+        message: format!(
+            "bookend: the Pod of TaskRun {namespace}/{}: {e}. Org steps run exactly as their policies define them; mount your own volumes in your steps",
+            view.display_name()
+        ),
+    })?;
     let containers: BTreeSet<&str> = pod
         .pointer("/spec/containers")
         .and_then(Value::as_array)
@@ -260,7 +270,6 @@ fn check_containers(
         place_scripts,
         platform_env: &platform_env,
     };
-    check_author_mounts(pod, settings)?;
     match view.task_spec().filter(|t| t.is_object()) {
         Some(task_spec) => check_composed(&steps, task_spec, view, policies, settings, &facts),
         None => check_shape(&steps, policies, settings, &facts),

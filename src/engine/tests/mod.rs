@@ -7,6 +7,7 @@ use crate::policy::load::policy_set_from_yaml;
 use crate::policy::{PolicySet, Settings};
 use serde_json::json;
 
+mod after_admission;
 mod always;
 mod always_run;
 mod order;
