@@ -88,7 +88,7 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         },
     );
     assert!(
-        refused.stderr.contains(&format!("the Pod of TaskRun {TEAM_A}/{name} lacks the step(s) bookend-sbom (ClusterStepPolicy/org-sbom)"))
+        refused.stderr.contains(&format!("the Pod of TaskRun {TEAM_A}/{name} lacks the step(s) bookend-credentials (ClusterStepPolicy/org-credentials), bookend-sbom (ClusterStepPolicy/org-sbom)"))
             && refused.stderr.contains("git resolver"),
         "bookend's message names the TaskRun, the steps, the policy and the cause: {}",
         refused.stderr

@@ -172,8 +172,8 @@ pub(super) fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
         "the controller's dry-run Task gets the namespace-level policies' steps: {names:?}"
     );
     assert!(
-        !includes(&names, "bookend-credentials"),
-        "org-credentials has a TaskRun-level criterion (exclude.selector), so it cannot apply: {names:?}"
+        includes(&names, "bookend-credentials"),
+        "org-credentials' criteria are all about the namespace (its exemption is a Namespace label), so it applies to remote Tasks too: {names:?}"
     );
     // What Tekton then runs: the Task's spec as a TaskRun's taskSpec; let Tekton validate it.
     ctx.keep(
