@@ -259,14 +259,17 @@ fn defaults_match_the_hardened_install() {
         "Deployment",
         "Service",
         "PodDisruptionBudget",
-        "NetworkPolicy",
         "Secret",
         "MutatingWebhookConfiguration",
         "ValidatingWebhookConfiguration",
     ] {
         assert!(kinds.contains(k), "defaults render no {k}");
     }
+    // Off by default: on CNIs where ipBlock egress does not match the API server (Cilium with a
+    // self-hosted control plane), bookend would never get ready and the fail-closed webhooks
+    // would refuse every TaskRun.
     for k in [
+        "NetworkPolicy",
         "Namespace",
         "Certificate",
         "Issuer",
@@ -300,7 +303,10 @@ fn defaults_match_the_hardened_install() {
         &d["spec"]["selector"]["matchLabels"],
         &one(&objects, "Service")["spec"]["selector"],
         &one(&objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
-        &one(&objects, "NetworkPolicy")["spec"]["podSelector"]["matchLabels"],
+        &one(
+            &render("bookend", NAMESPACE, &["--set", "networkPolicy.enabled=true"]),
+            "NetworkPolicy",
+        )["spec"]["podSelector"]["matchLabels"],
     ] {
         let selector = selector.as_object().unwrap();
         assert!(!selector.is_empty());
@@ -547,6 +553,19 @@ fn cert_manager_values() {
     );
 }
 
+/// As a subchart of an umbrella chart, which passes `global` to every subchart.
+#[test]
+fn the_chart_installs_as_a_subchart() {
+    let objects = render(
+        "bookend",
+        NAMESPACE,
+        &["--set", "global.imageRegistry=registry.example.com"],
+    );
+    assert!(!kind(&objects, "Deployment").is_empty());
+    // Anything else unknown is still refused.
+    assert!(template("bookend", NAMESPACE, &["--set", "imageRegistry=x"]).is_err());
+}
+
 #[test]
 fn monitoring_values() {
     let objects = render(
@@ -579,8 +598,15 @@ fn monitoring_values() {
         .unwrap_or_else(|| panic!("the Service has no port {port}"));
     assert_eq!(admin["port"], 8080);
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
+    // prometheus-operator sets `endpoint` on every target; bookend's own `endpoint` label, which
+    // the shipped rules group by, must win or the rules see one series.
+    assert_eq!(monitor["spec"]["endpoints"][0]["honorLabels"], true);
 
     let rule = one(&objects, "PrometheusRule");
+    assert!(
+        rule.to_string().contains("endpoint"),
+        "the rules read bookend's endpoint label (or honorLabels would not matter)"
+    );
     assert_eq!(
         rule["metadata"]["labels"]["release"],
         "kube-prometheus-stack"
