@@ -304,7 +304,11 @@ fn defaults_match_the_hardened_install() {
         &one(&objects, "Service")["spec"]["selector"],
         &one(&objects, "PodDisruptionBudget")["spec"]["selector"]["matchLabels"],
         &one(
-            &render("bookend", NAMESPACE, &["--set", "networkPolicy.enabled=true"]),
+            &render(
+                "bookend",
+                NAMESPACE,
+                &["--set", "networkPolicy.enabled=true"],
+            ),
             "NetworkPolicy",
         )["spec"]["podSelector"]["matchLabels"],
     ] {
