@@ -113,6 +113,59 @@ fn validate_without_policies_is_a_usage_error() {
     );
 }
 
+/// A GitOps directory as it is: the kustomization and other tools' objects beside the policies
+/// are skipped with a note; a typo in a policy's kind is still an error.
+#[test]
+fn validate_skips_what_is_not_a_policy_with_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("kustomization.yaml"),
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [policy.yaml, task.yaml]\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("task.yaml"),
+        "apiVersion: tekton.dev/v1\nkind: Task\nmetadata: {name: t}\nspec: {steps: [{name: s, image: alpine}]}\n",
+    )
+    .unwrap();
+    std::fs::copy(
+        common::root().join("examples/policies/10-credentials.yaml"),
+        dir.path().join("policy.yaml"),
+    )
+    .unwrap();
+    let path = dir.path().to_str().unwrap();
+    let out = bookend(&["validate", "--policies", path]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "valid: 1 policy\n");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("kustomization.yaml: -: -: skipped: a kustomization, not a policy file"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(
+            "task.yaml: document 1: kind: skipped: Task (tekton.dev/v1) is not a bookend policy"
+        ),
+        "{stderr}"
+    );
+
+    std::fs::write(
+        dir.path().join("typo.yaml"),
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicyy\nmetadata: {name: x}\n",
+    )
+    .unwrap();
+    let out = bookend(&["validate", "--policies", path]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).contains("is not a bookend policy"));
+
+    // Only other tools' objects: no policy at all is a usage error.
+    let only = dir.path().join("only");
+    std::fs::create_dir(&only).unwrap();
+    std::fs::copy(dir.path().join("task.yaml"), only.join("task.yaml")).unwrap();
+    let out = bookend(&["validate", "--policies", only.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+}
+
 /// Issue 14's reproduction: a team's StepPolicy that reuses an org volume name (and sorts
 /// first by priority and name) is the one refused; the org policy stays and keeps injecting.
 #[test]

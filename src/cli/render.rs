@@ -74,6 +74,9 @@ fn parse_labels(text: &str) -> Result<Labels, String> {
 /// Loads policies for an offline command; problems are printed and mean exit 2.
 fn load_policies(paths: &[PathBuf], settings: Settings) -> Result<PolicySet, u8> {
     let loaded = policy_set(paths, settings);
+    for note in &loaded.skipped {
+        eprintln!("note: {note}");
+    }
     if loaded.issues.is_empty() {
         return Ok(loaded.set);
     }

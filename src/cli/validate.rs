@@ -41,6 +41,9 @@ pub(super) fn run(args: &ValidateArgs) -> u8 {
         return exit::USAGE;
     }
     let loaded = policy_set(&args.policies, args.engine.settings());
+    for note in &loaded.skipped {
+        eprintln!("note: {note}");
+    }
     let (set, issues) = (loaded.set, loaded.issues);
     if issues.is_empty() && loaded.documents == 0 {
         eprintln!("error: no policies in {}", named());

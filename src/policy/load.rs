@@ -53,6 +53,9 @@ pub struct LoadedSet {
     pub issues: Vec<Issue>,
     /// Policies that parsed (valid or not).
     pub documents: usize,
+    /// Documents and files that are not bookend policies (another tool's objects in the same
+    /// directory: a Kustomization, Tasks, ConfigMaps), left out, each with a note.
+    pub skipped: Vec<Issue>,
 }
 
 impl LoadedSet {
@@ -66,6 +69,7 @@ impl LoadedSet {
             set,
             issues,
             documents,
+            skipped: Vec::new(),
         }
     }
 }
@@ -106,8 +110,49 @@ pub fn policy_set_from_objects(source: &str, objects: &[Value], settings: Settin
     LoadedSet::build(docs, issues, settings)
 }
 
-/// Parses every policy in one YAML stream. `List` objects are unpacked.
+/// What one YAML stream holds: its policies, the problems found, and the documents that are
+/// not bookend policies (left out, each with a note).
+#[derive(Debug, Default)]
+pub struct Parsed {
+    pub docs: Vec<PolicyDoc>,
+    pub issues: Vec<Issue>,
+    pub skipped: Vec<Issue>,
+}
+
+/// Parses every policy in one YAML stream (`List` objects unpacked); documents of another API
+/// group than bookend's (a Kustomization, a Task, a ConfigMap) are skipped with a note, so that
+/// a GitOps directory can be validated as it is. A document of bookend's group or with a
+/// policy kind is always read as a policy: a typo there is an error, never a skip.
 pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) {
+    let parsed = parse_policy_stream(source, text);
+    (parsed.docs, parsed.issues)
+}
+
+/// [`parse_policies`] with the skipped documents.
+pub fn parse_policy_stream(source: &str, text: &str) -> Parsed {
+    let (docs, issues, skipped) = parse_stream(source, text);
+    Parsed {
+        docs,
+        issues,
+        skipped,
+    }
+}
+
+/// Another tool's object: not of bookend's API group, and not of a policy kind.
+fn foreign(value: &Value) -> Option<String> {
+    let kind = value.get("kind").and_then(Value::as_str)?;
+    let api_version = value
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .filter(|v| !v.is_empty())?;
+    let group = api_version.split_once('/').map_or("", |(g, _)| g);
+    (!matches!(kind, "ClusterStepPolicy" | "StepPolicy" | "List") && group != "bookend.dev")
+        .then(|| format!("{kind} ({api_version})"))
+}
+
+type Stream = (Vec<PolicyDoc>, Vec<Issue>, Vec<Issue>);
+
+fn parse_stream(source: &str, text: &str) -> Stream {
     let values = match yaml_documents(text) {
         Ok(v) => v,
         Err(message) => {
@@ -120,11 +165,13 @@ pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) 
                     message: format!("invalid YAML: {message}"),
                     kind: IssueKind::Invalid,
                 }],
+                Vec::new(),
             );
         }
     };
     let mut docs = Vec::new();
     let mut issues = Vec::new();
+    let mut skipped = Vec::new();
     let mut queue: Vec<(String, Value)> = values
         .into_iter()
         .enumerate()
@@ -143,12 +190,22 @@ pub fn parse_policies(source: &str, text: &str) -> (Vec<PolicyDoc>, Vec<Issue>) 
             }
             continue;
         }
+        if let Some(what) = foreign(&value) {
+            skipped.push(Issue {
+                source: source.to_owned(),
+                policy: label,
+                path: "kind".to_owned(),
+                message: format!("skipped: {what} is not a bookend policy"),
+                kind: IssueKind::Invalid,
+            });
+            continue;
+        }
         match policy_from_value(source, &label, value) {
             Ok(doc) => docs.push(doc),
             Err(issue) => issues.push(issue),
         }
     }
-    (docs, issues)
+    (docs, issues, skipped)
 }
 
 /// Reads one policy object (from a file or the API server). `label` names it in errors when it
@@ -320,8 +377,30 @@ spec:
 
     #[test]
     fn wrong_kinds_versions_and_missing_identity() {
-        let (_, issues) = parse_policies("x.yaml", "apiVersion: v1\nkind: ConfigMap\n");
-        assert!(issues[0].message.contains("not a bookend policy"));
+        // Another tool's objects are skipped with a note; a policy kind or bookend's group is
+        // always read as a policy.
+        let parsed = parse_policy_stream(
+            "x.yaml",
+            "apiVersion: v1\nkind: ConfigMap\n---\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n",
+        );
+        assert!(parsed.docs.is_empty() && parsed.issues.is_empty());
+        let notes: Vec<String> = parsed.skipped.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            notes,
+            [
+                "x.yaml: document 1: kind: skipped: ConfigMap (v1) is not a bookend policy",
+                "x.yaml: document 2: kind: skipped: Kustomization (kustomize.config.k8s.io/v1beta1) is not a bookend policy"
+            ]
+        );
+        for text in [
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicyy\nmetadata: {name: a}\n",
+            "apiVersion: v1\nkind: ClusterStepPolicy\nmetadata: {name: a}\n",
+            "kind: ConfigMap\n",
+        ] {
+            let parsed = parse_policy_stream("x.yaml", text);
+            assert_eq!(parsed.issues.len(), 1, "{text}: {:?}", parsed.skipped);
+            assert!(parsed.skipped.is_empty(), "{text}");
+        }
         let (_, issues) = parse_policies(
             "x.yaml",
             "apiVersion: bookend.dev/v1\nkind: StepPolicy\nmetadata: {name: a, namespace: b}\n",

@@ -48,6 +48,9 @@ impl Paths {
     fn load(&self) -> Result<Snapshot, LoadError> {
         let loaded = policy_set(&self.policies, self.settings.clone());
         let mut problems: Vec<String> = loaded.issues.iter().map(ToString::to_string).collect();
+        for note in &loaded.skipped {
+            tracing::debug!(%note, "not a policy; skipped");
+        }
         let catalog = load_catalog(&self.tasks).unwrap_or_else(|e| {
             problems.push(format!("--tasks: {e}"));
             Catalog::default()

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::load::{LoadedSet, parse_policies};
+use crate::policy::load::{LoadedSet, parse_policy_stream};
 use crate::policy::{Issue, IssueKind, PolicyDoc, Settings};
 
 /// Lists the policy files under `paths`: files as given, directories recursively (`.yaml`,
@@ -57,25 +57,47 @@ fn collect(path: &Path, files: &mut Vec<PathBuf>) -> Result<(), String> {
 
 /// Loads, validates and builds the policies in the files and directories `paths`.
 pub fn policy_set(paths: &[PathBuf], settings: Settings) -> LoadedSet {
-    let (docs, issues) = load_paths(paths);
-    LoadedSet::build(docs, issues, settings)
+    let (docs, issues, skipped) = load_paths(paths);
+    let mut loaded = LoadedSet::build(docs, issues, settings);
+    loaded.skipped = skipped;
+    loaded
 }
 
-/// Reads every policy under `paths`: what parsed, and every problem found.
-fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
+/// Kustomize's own file, which sits beside the manifests it lists.
+fn is_kustomization(file: &Path) -> bool {
+    matches!(
+        file.file_name().and_then(|n| n.to_str()),
+        Some("kustomization.yaml" | "kustomization.yml" | "Kustomization")
+    )
+}
+
+/// Reads every policy under `paths`: what parsed, every problem found, and what was skipped.
+fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>, Vec<Issue>) {
     let files = match policy_files(paths) {
         Ok(f) => f,
-        Err(issue) => return (Vec::new(), vec![issue]),
+        Err(issue) => return (Vec::new(), vec![issue], Vec::new()),
     };
     let mut docs = Vec::new();
     let mut issues = Vec::new();
+    let mut skipped = Vec::new();
     for file in files {
         let source = file.display().to_string();
+        if is_kustomization(&file) {
+            skipped.push(Issue {
+                source,
+                policy: "-".to_owned(),
+                path: "-".to_owned(),
+                message: "skipped: a kustomization, not a policy file".to_owned(),
+                kind: IssueKind::Invalid,
+            });
+            continue;
+        }
         match std::fs::read_to_string(&file) {
             Ok(text) => {
-                let (d, i) = parse_policies(&source, &text);
-                docs.extend(d);
-                issues.extend(i);
+                let parsed = parse_policy_stream(&source, &text);
+                docs.extend(parsed.docs);
+                issues.extend(parsed.issues);
+                skipped.extend(parsed.skipped);
             }
             Err(e) => issues.push(Issue {
                 source,
@@ -86,7 +108,7 @@ fn load_paths(paths: &[PathBuf]) -> (Vec<PolicyDoc>, Vec<Issue>) {
             }),
         }
     }
-    (docs, issues)
+    (docs, issues, skipped)
 }
 
 #[cfg(test)]
@@ -107,11 +129,11 @@ mod tests {
         std::fs::write(dir.path().join("sub/c.json"), r#"{"apiVersion":"bookend.dev/v1alpha1","kind":"ClusterStepPolicy","metadata":{"name":"c"}}"#).unwrap();
         std::fs::write(dir.path().join("README.md"), "not yaml").unwrap();
         std::fs::write(dir.path().join(".hidden.yaml"), "broken: [").unwrap();
-        let (docs, issues) = load_paths(&[dir.path().to_owned()]);
+        let (docs, issues, _) = load_paths(&[dir.path().to_owned()]);
         assert!(issues.is_empty(), "{issues:?}");
         let names: Vec<_> = docs.iter().map(|d| d.id.name().to_owned()).collect();
         assert_eq!(names, ["a", "b", "c"]);
-        let (_, issues) = load_paths(&[dir.path().join("missing")]);
+        let (_, issues, _) = load_paths(&[dir.path().join("missing")]);
         assert!(issues[0].message.starts_with("cannot read"));
     }
 }
