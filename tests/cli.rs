@@ -452,6 +452,70 @@ fn render_reads_stdin_like_kubectl_get() {
     assert!(text(&out.stdout).contains("bookend-git-clone"));
 }
 
+/// What users have in hand: `kubectl get taskruns -o yaml` (a List), a directory of
+/// manifests, several `-f`: every TaskRun is rendered, in the order given.
+#[test]
+fn render_takes_lists_directories_and_repeated_files() {
+    let root = common::root();
+    let build = std::fs::read_to_string(root.join("examples/taskruns/build.yaml")).unwrap();
+    let git = std::fs::read_to_string(root.join("examples/taskruns/git.yaml")).unwrap();
+    let as_json = |text: &str| -> Value { serde_yaml_ng::from_str(text).unwrap() };
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List",
+        "items": [as_json(&build), as_json(&git)]});
+    let patches = |out: &Output| -> usize {
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+        text(&out.stdout).lines().count()
+    };
+    let from_list = bookend_stdin(
+        &[
+            "render",
+            "--policies",
+            "examples/policies",
+            "-f",
+            "-",
+            "-o",
+            "patch",
+        ],
+        &list.to_string(),
+    );
+    assert_eq!(patches(&from_list), 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a-build.yaml"), &build).unwrap();
+    std::fs::create_dir(dir.path().join("more")).unwrap();
+    std::fs::write(dir.path().join("more/git.yaml"), &git).unwrap();
+    let from_dir = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        dir.path().to_str().unwrap(),
+        "-o",
+        "patch",
+    ]);
+    assert_eq!(patches(&from_dir), 2);
+    assert_eq!(text(&from_dir.stdout), text(&from_list.stdout));
+
+    let repeated = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/git.yaml",
+        "-f",
+        "examples/taskruns/build.yaml",
+        "-o",
+        "patch",
+    ]);
+    let lines: Vec<String> = text(&repeated.stdout).lines().map(str::to_owned).collect();
+    let listed: Vec<String> = text(&from_list.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(
+        lines,
+        [listed[1].clone(), listed[0].clone()],
+        "in the order given"
+    );
+}
+
 #[test]
 fn crds_print_the_generated_definitions() {
     let out = bookend(&["crds"]);

@@ -21,9 +21,11 @@ pub struct RenderArgs {
     /// Policy file or directory (repeatable).
     #[arg(long, required = true)]
     pub policies: Vec<PathBuf>,
-    /// TaskRuns to render (multi-document YAML or JSON; `-` reads stdin).
-    #[arg(short = 'f', long = "filename")]
-    pub file: PathBuf,
+    /// TaskRuns to render: a file (multi-document YAML or JSON, `kind: List` as `kubectl get -o
+    /// yaml` prints it), a directory (its .yaml, .yml and .json files, recursively), or `-` for
+    /// stdin. Repeatable; rendered in the order given.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub file: Vec<PathBuf>,
     /// Output: the admitted objects as YAML or JSON, or one JSON patch per TaskRun per line.
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
@@ -124,9 +126,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let docs = match read_input(&args.file)
-        .and_then(|text| yaml_documents(&text).map_err(|e| format!("{}: {e}", args.file.display())))
-    {
+    let docs = match read_inputs(&args.file) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
@@ -203,7 +203,8 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         }
     }
     if taskruns == 0 {
-        eprintln!("error: {}: no TaskRun found", args.file.display());
+        let named: Vec<String> = args.file.iter().map(|p| p.display().to_string()).collect();
+        eprintln!("error: {}: no TaskRun found", named.join(", "));
         return exit::USAGE;
     }
     if let Err(e) = write_output(args.output, &outputs, &patches) {
@@ -211,6 +212,39 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         return exit::USAGE;
     }
     code
+}
+
+/// Every document of the inputs, in the order given (a directory's files sorted).
+fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Value>, String> {
+    let mut docs = Vec::new();
+    for path in paths {
+        let files = if path.as_os_str() == "-" || !path.is_dir() {
+            vec![path.clone()]
+        } else {
+            crate::source::walk::policy_files(std::slice::from_ref(path))
+                .map_err(|issue| format!("{}: {}", issue.source, issue.message))?
+        };
+        for file in files {
+            let text = read_input(&file)?;
+            for doc in yaml_documents(&text).map_err(|e| format!("{}: {e}", file.display()))? {
+                unpack_lists(doc, &mut docs);
+            }
+        }
+    }
+    Ok(docs)
+}
+
+/// `kind: List` (what `kubectl get taskruns -o yaml` prints) is its items, nested Lists too.
+fn unpack_lists(doc: Value, into: &mut Vec<Value>) {
+    if doc.get("kind").and_then(Value::as_str) == Some("List") {
+        if let Some(Value::Array(items)) = doc.get("items").cloned() {
+            for item in items {
+                unpack_lists(item, into);
+            }
+        }
+    } else {
+        into.push(doc);
+    }
 }
 
 fn read_input(path: &Path) -> Result<String, String> {
