@@ -2,7 +2,9 @@
 #
 # The bookend image: one static binary on a distroless base, running as uid 65532.
 #
-#   docker build -t ghcr.io/bookend-dev/bookend:0.1.0 .
+#   docker build -t ghcr.io/bookend-dev/bookend:0.2.0 \
+#     --build-arg BOOKEND_COMMIT="$(git rev-parse --short=12 HEAD)" \
+#     --build-arg BOOKEND_COMMIT_DATE="$(git log -1 --format=%cs)" .
 #   docker buildx build --platform linux/amd64,linux/arm64 -t ... --push .
 #
 # Built by .github/workflows/release.yml on a tag, natively per architecture (linux/amd64 and
@@ -24,6 +26,9 @@ RUN apt-get update \
 # The build platform's own architecture (buildx runs this stage per --platform).
 RUN rustup target add "$(uname -m)-unknown-linux-musl"
 WORKDIR /src
+# What `bookend version` prints as its commit (.git is not in the build context).
+ARG BOOKEND_COMMIT=""
+ARG BOOKEND_COMMIT_DATE=""
 COPY . .
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \

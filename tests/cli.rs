@@ -516,6 +516,69 @@ fn render_takes_lists_directories_and_repeated_files() {
     );
 }
 
+/// `bookend version` names the release, the commit, and the Tekton and Kubernetes versions the
+/// suites run: the ones the test tools are built from (their go.mod), so it cannot drift.
+#[test]
+fn version_names_the_release_commit_and_tested_versions() {
+    let out = bookend(&["version"]);
+    assert_eq!(out.status.code(), Some(0));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.starts_with(&format!("bookend {}\ncommit: ", env!("CARGO_PKG_VERSION"))),
+        "{stdout}"
+    );
+    let go_mod = |path: &str, module: &str| -> String {
+        let text = std::fs::read_to_string(common::root().join(path)).unwrap();
+        text.lines()
+            .map(str::trim)
+            .find_map(|l| l.strip_prefix(&format!("{module} ")))
+            .and_then(|rest| rest.split_whitespace().next())
+            .unwrap_or_else(|| panic!("{module} in {path}"))
+            .to_owned()
+    };
+    let tekton = go_mod(
+        "tests/e2e/tektonvalidate/go.mod",
+        "github.com/tektoncd/pipeline",
+    );
+    let kubernetes = go_mod("tests/e2e/k8sbins/go.mod", "k8s.io/kubernetes");
+    assert_eq!(bookend::cli::TESTED_TEKTON, tekton);
+    assert_eq!(bookend::cli::TESTED_KUBERNETES, kubernetes);
+    assert!(
+        stdout.contains(&format!("Tekton Pipelines {tekton}")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("Kubernetes {kubernetes}")),
+        "{stdout}"
+    );
+}
+
+/// Shell completions, and the binary as a kubectl plugin (`kubectl bookend …` runs
+/// `kubectl-bookend` from PATH with the rest of the arguments).
+#[test]
+fn completions_and_the_kubectl_plugin_name() {
+    for shell in ["bash", "zsh", "fish"] {
+        let out = bookend(&["completions", shell]);
+        assert_eq!(out.status.code(), Some(0), "{shell}");
+        let script = text(&out.stdout);
+        for word in ["render", "validate", "--policies"] {
+            assert!(script.contains(word), "{shell} completions lack {word}");
+        }
+    }
+    assert_eq!(bookend(&["completions", "tcsh"]).status.code(), Some(2));
+
+    let dir = tempfile::tempdir().unwrap();
+    let plugin = dir.path().join("kubectl-bookend");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_bookend"), &plugin).unwrap();
+    let out = Command::new(&plugin)
+        .args(["validate", "--policies", "examples/policies"])
+        .current_dir(common::root())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "valid: 4 policies\n");
+}
+
 #[test]
 fn crds_print_the_generated_definitions() {
     let out = bookend(&["crds"]);

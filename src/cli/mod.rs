@@ -1,4 +1,5 @@
-//! The command line: `serve`, `render`, `validate`, `test`, `certs`, `crds`. Each subcommand's
+//! The command line: `serve`, `render`, `validate`, `test`, `certs`, `crds`, `version`,
+//! `completions`. Each subcommand's
 //! arguments, their translation into the library's typed configuration, and the exit codes
 //! live here and nowhere else; offline commands run the same engine as the webhook.
 
@@ -8,6 +9,7 @@ mod render;
 mod serve;
 mod test;
 mod validate;
+mod version;
 
 use std::process::ExitCode;
 
@@ -20,6 +22,7 @@ pub use render::{OutputFormat, RenderArgs};
 pub use serve::{ServeArgs, SourceArg, parse_duration};
 pub use test::TestArgs;
 pub use validate::ValidateArgs;
+pub use version::{TESTED_KUBERNETES, TESTED_TEKTON};
 
 /// Org-wide pre-steps and post-steps for Tekton TaskRuns, enforced at admission.
 #[derive(Parser, Debug)]
@@ -43,6 +46,14 @@ pub enum Command {
     Certs(CertsArgs),
     /// Print the CustomResourceDefinitions of the policy kinds.
     Crds,
+    /// Print the release, the commit it was built from and the Tekton and Kubernetes versions
+    /// its tests run.
+    Version,
+    /// Print a shell completion script, e.g. `source <(bookend completions bash)`.
+    Completions {
+        /// bash, zsh, fish, powershell or elvish.
+        shell: clap_complete::Shell,
+    },
 }
 
 /// Settings shared by every command that runs the engine.
@@ -118,6 +129,17 @@ pub fn main() -> ExitCode {
         Command::Test(args) => test::run(&args),
         Command::Certs(args) => certs::run(&args),
         Command::Crds => crds::run(),
+        Command::Version => version::run(),
+        Command::Completions { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "bookend",
+                &mut std::io::stdout(),
+            );
+            exit::OK
+        }
     })
 }
 
