@@ -1,6 +1,7 @@
-//! `POST /validate-pods`: Pod CREATEs of TaskRuns (the webhook's objectSelector sends only Pods
-//! labelled `tekton.dev/taskRun`). Answering one takes the owning TaskRun as the API server has
-//! it, which the server fetches between [`read`] and [`answer`]; both halves are pure.
+//! `POST /validate-pods`: Pod CREATEs, UPDATEs and `pods/ephemeralcontainers` UPDATEs of
+//! TaskRuns (the webhook's objectSelector sends only Pods labelled `tekton.dev/taskRun`).
+//! Answering a CREATE takes the owning TaskRun as the API server has it, which the server
+//! fetches between [`read`] and [`answer`]; both halves are pure.
 
 use serde_json::Value;
 
@@ -388,9 +389,9 @@ mod tests {
         own["spec"]["containers"][1]["image"] = json!("golang:2");
         assert_eq!(update(pod.clone(), own, "", tenant)["allowed"], true);
         // An org container's image, Tekton's script writer's image: refused.
-        for (i, list) in [(0, "containers"), (0, "initContainers")] {
+        for list in ["containers", "initContainers"] {
             let mut swapped = pod.clone();
-            swapped["spec"][list][i]["image"] = json!("evil");
+            swapped["spec"][list][0]["image"] = json!("evil");
             let r = update(
                 pod.clone(),
                 swapped,

@@ -126,7 +126,7 @@ pub fn check_param_defaults(
 }
 
 fn check_params(
-    list: Option<&Value>,
+    params: Option<&Value>,
     at: &str,
     key: &str,
     used: &BTreeSet<String>,
@@ -141,7 +141,7 @@ fn check_params(
         });
         found
     };
-    for (i, param) in list_of(list).iter().enumerate() {
+    for (i, param) in list(params).iter().enumerate() {
         let name = param.get("name").and_then(Value::as_str).unwrap_or("");
         if used.contains(name)
             && let Some(value) = param.get(key)
@@ -165,10 +165,6 @@ fn walk_strings(value: &Value, f: &mut dyn FnMut(&str)) {
         Value::Object(fields) => fields.values().for_each(|v| walk_strings(v, f)),
         _ => {}
     }
-}
-
-fn list_of(value: Option<&Value>) -> &[Value] {
-    value.and_then(Value::as_array).map_or(&[], Vec::as_slice)
 }
 
 /// Refuses the TaskRun fields (outside its taskSpec) that would reach org steps. Called when
@@ -328,7 +324,7 @@ fn check_pod_template(
             .and_then(|d| d.get("securityContext"))
             .filter(|v| !v.is_null()),
         template.get("securityContext").filter(|v| !v.is_null()),
-    ) && platform != own
+    ) && !equivalent(platform, own)
     {
         return Err(Denial::field(
             "spec.podTemplate.securityContext",

@@ -22,6 +22,8 @@ mod cases;
 mod classes;
 #[path = "../common/mod.rs"]
 mod common;
+#[path = "../common/host.rs"]
+mod host;
 #[path = "../e2e/kube.rs"]
 mod kube;
 #[path = "../e2e/tools.rs"]

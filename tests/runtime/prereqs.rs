@@ -4,8 +4,10 @@
 
 use std::fs::File;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
+
+use crate::host::{is_static_elf, on_path};
 
 /// The opt-out: set to 1 to skip the suite (a SKIP line is printed).
 pub const SKIP_VAR: &str = "BOOKEND_SKIP_RUNTIME";
@@ -42,7 +44,7 @@ pub fn check() -> Option<Host> {
             "root: the kubelet stand-in mounts overlay root filesystems and runs runc".to_owned(),
         );
     }
-    let runc = find_on_path("runc");
+    let runc = on_path("runc");
     match &runc {
         Some(path)
             if Command::new(path)
@@ -51,7 +53,7 @@ pub fn check() -> Option<Host> {
                 .is_ok_and(|o| o.status.success()) => {}
         _ => missing.push("runc on the PATH (Debian/Ubuntu: apt-get install runc)".to_owned()),
     }
-    let busybox = find_on_path("busybox");
+    let busybox = on_path("busybox");
     match &busybox {
         Some(path) if is_static_elf(path) => {}
         Some(path) => missing.push(format!(
@@ -105,33 +107,4 @@ fn effective_uid() -> Option<u32> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|l| l.starts_with("Uid:"))?;
     line.split_whitespace().nth(2)?.parse().ok()
-}
-
-fn find_on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Whether `path` is an ELF executable without a program interpreter (PT_INTERP), i.e. one that
-/// runs in a root filesystem that holds nothing else.
-fn is_static_elf(path: &Path) -> bool {
-    let Ok(data) = std::fs::read(path) else {
-        return false;
-    };
-    if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
-        return false; // not a 64-bit little-endian ELF file
-    }
-    let u16_at = |at: usize| u16::from_le_bytes([data[at], data[at + 1]]) as usize;
-    let u64_at =
-        |at: usize| u64::from_le_bytes(data[at..at + 8].try_into().expect("8 bytes")) as usize;
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    const PT_INTERP: u32 = 3;
-    (0..phnum).all(|i| {
-        let at = phoff + i * phentsize;
-        data.get(at..at + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .is_some_and(|kind| kind != PT_INTERP)
-    })
 }

@@ -6,6 +6,8 @@
 //! root, passing its arguments and the environment on; the scripts keep their own usage text
 //! and environment variables. Only the set-up of `test` is written here (`setup.rs`).
 
+#[path = "../../tests/common/host.rs"]
+mod host;
 mod setup;
 
 use std::ffi::OsString;

@@ -11,9 +11,9 @@
 //! apt-get runs as root, or through `sudo -n` when sudo needs no password; otherwise the command
 //! is printed. `BOOKEND_SKIP_RUNTIME=1`, the runtime suite's own opt-out, drops what only it needs.
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::host::{is_static_elf, on_path};
 use crate::{Failure, bash, phase, run};
 
 /// Which suites the set-up is for.
@@ -266,38 +266,6 @@ fn has_overlayfs() -> bool {
         .any(|l| l.trim_end().ends_with("overlay"))
 }
 
-fn on_path(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|dir| dir.join(name))
-        .find(|p| p.is_file())
-}
-
-/// Whether `path` is a 64-bit little-endian ELF executable without a program interpreter
-/// (PT_INTERP): one that runs in a root filesystem holding nothing else. The runtime suite
-/// checks busybox the same way.
-fn is_static_elf(path: &Path) -> bool {
-    let Ok(data) = std::fs::read(path) else {
-        return false;
-    };
-    if data.len() < 64 || &data[..4] != b"\x7fELF" || data[4] != 2 || data[5] != 1 {
-        return false;
-    }
-    let u16_at = |at: usize| u16::from_le_bytes([data[at], data[at + 1]]) as usize;
-    let u64_at = |at: usize| {
-        let bytes: [u8; 8] = data[at..at + 8].try_into().expect("8 bytes");
-        u64::from_le_bytes(bytes) as usize
-    };
-    let (phoff, phentsize, phnum) = (u64_at(0x20), u16_at(0x36), u16_at(0x38));
-    const PT_INTERP: u32 = 3;
-    (0..phnum).all(|i| {
-        let at = phoff + i * phentsize;
-        data.get(at..at + 4)
-            .map(|b| u32::from_le_bytes(b.try_into().expect("4 bytes")))
-            .is_some_and(|kind| kind != PT_INTERP)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -345,6 +313,6 @@ mod tests {
         // The test binary itself links against libc.
         let me = std::env::current_exe().unwrap();
         assert!(!is_static_elf(&me) || cfg!(target_env = "musl"));
-        assert!(!is_static_elf(Path::new("Cargo.toml")));
+        assert!(!is_static_elf(std::path::Path::new("Cargo.toml")));
     }
 }

@@ -57,7 +57,7 @@ pub fn check_pod(
     // after admission (Tekton freezes only the spec), so a TaskRun admitted with org steps and
     // their volumes may match no policy by the time its Pod is built. The author's containers
     // never mount what bookend or Tekton keep for org steps, selected or not.
-    check_author_mounts(pod, set.settings()).map_err(|e| Denial {
+    check_author_mounts(pod, set).map_err(|e| Denial {
         message: format!(
             "bookend: the Pod of TaskRun {namespace}/{}: {e}. Org steps run exactly as their policies define them; mount your own volumes in your steps",
             view.display_name()
@@ -70,20 +70,19 @@ pub fn check_pod(
         .flatten()
         .filter_map(|c| c.get("name").and_then(Value::as_str))
         .collect();
-    // Step name -> the policy that requires it.
-    let mut required: BTreeMap<String, String> = BTreeMap::new();
     let created = view
         .object
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str);
     let path = view.task_source();
-    for policy in applicable(&view, namespace, &path, set, lookup) {
-        // A policy that did not exist when the TaskRun was created never applied to it.
-        if let (Some(policy_created), Some(created)) = (policy.created.as_deref(), created)
-            && policy_created > created
-        {
-            continue;
-        }
+    // A policy that did not exist when the TaskRun was created never applied to it.
+    let policies: Vec<&Policy> = applicable(&view, namespace, &path, set, lookup)
+        .into_iter()
+        .filter(|p| !matches!((p.created.as_deref(), created), (Some(p), Some(c)) if p > c))
+        .collect();
+    // Step name -> the policy that requires it.
+    let mut required: BTreeMap<String, String> = BTreeMap::new();
+    for policy in &policies {
         let id = policy.id.to_string();
         for step in policy.step_names() {
             required.insert(step.to_owned(), id.clone());
@@ -97,10 +96,6 @@ pub fn check_pod(
         .collect();
     let name = view.display_name();
     if missing.is_empty() {
-        let policies: Vec<&Policy> = applicable(&view, namespace, &path, set, lookup)
-            .into_iter()
-            .filter(|p| !matches!((p.created.as_deref(), created), (Some(p), Some(c)) if p > c))
-            .collect();
         if policies.is_empty() {
             return Ok(Vec::new());
         }
@@ -226,9 +221,9 @@ pub fn check_pod_update(
                 .flatten()
             {
                 let volume = name_of(mount);
-                if volume.starts_with(settings.prefix.as_str())
-                    || volume.starts_with("tekton-internal-")
-                {
+                // Every `tekton-*` volume: Tekton's internal ones and each step's credential
+                // home (`tekton-creds-init-home-<i>`), as for the author's sidecars.
+                if volume.starts_with(settings.prefix.as_str()) || volume.starts_with("tekton-") {
                     return deny(format!(
                         "spec.ephemeralContainers[{i}].volumeMounts: {volume} holds the org steps' secrets or what Tekton runs them with; mount the TaskRun's own volumes only"
                     ));
@@ -280,8 +275,16 @@ fn check_containers(
 /// org's credentials, its scripts) nor Tekton's internal ones but as Tekton mounts them: the
 /// Pod shows what variables in mount names and StepActions' mounts, resolved after admission,
 /// came to.
-fn check_author_mounts(pod: &Value, settings: &Settings) -> Result<(), String> {
-    let org = format!("step-{}", settings.prefix);
+fn check_author_mounts(pod: &Value, set: &PolicySet) -> Result<(), String> {
+    let settings = set.settings();
+    // The containers of steps some policy defines (their content is the Pod check's, against
+    // that policy); a reserved-prefix name no policy defines is the author's like any other.
+    let org: BTreeSet<String> = set
+        .policies()
+        .iter()
+        .flat_map(Policy::step_names)
+        .map(|step| tekton::restrict_length(&container_of(step)))
+        .collect();
     let list = |key: &str| {
         pod.pointer(key)
             .and_then(Value::as_array)
@@ -300,7 +303,7 @@ fn check_author_mounts(pod: &Value, settings: &Settings) -> Result<(), String> {
             step_index += 1;
             step_index - 1
         });
-        if name.starts_with(&org) {
+        if org.contains(name) {
             continue;
         }
         for mount in container
@@ -1011,11 +1014,15 @@ spec:
                 .position(|c| c["name"] == "step-build")
                 .unwrap()
         };
-        let mount = |spec: &mut Value, i: usize, m: Value| {
-            spec["containers"][i]["volumeMounts"]
-                .as_array_mut()
-                .unwrap()
-                .push(m)
+        // The author's step `build` with one more mount.
+        let build_mounts = |m: Value| {
+            with(&|s| {
+                let i = build(s);
+                s["containers"][i]["volumeMounts"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(m.clone())
+            })
         };
         let sidecar = |spec: &mut Value, key: &str, m: Value| {
             let list = spec
@@ -1030,38 +1037,19 @@ spec:
         let refused: Vec<(&str, Value, &str)> = vec![
             (
                 "a step mounts the org's volume",
-                with(&|s| {
-                    let i = build(s);
-                    mount(
-                        s,
-                        i,
-                        json!({"name": "bookend-registry", "mountPath": "/steal", "readOnly": true}),
-                    );
-                }),
+                build_mounts(
+                    json!({"name": "bookend-registry", "mountPath": "/steal", "readOnly": true}),
+                ),
                 "container step-build mounts \"bookend-registry\"",
             ),
             (
                 "a step writes another step's run directory",
-                with(&|s| {
-                    let i = build(s);
-                    mount(
-                        s,
-                        i,
-                        json!({"name": "tekton-internal-run-0", "mountPath": "/forge"}),
-                    );
-                }),
+                build_mounts(json!({"name": "tekton-internal-run-0", "mountPath": "/forge"})),
                 "another step's run directory",
             ),
             (
                 "a step writes Tekton's entrypoint",
-                with(&|s| {
-                    let i = build(s);
-                    mount(
-                        s,
-                        i,
-                        json!({"name": "tekton-internal-bin", "mountPath": "/bin2"}),
-                    );
-                }),
+                build_mounts(json!({"name": "tekton-internal-bin", "mountPath": "/bin2"})),
                 "writable",
             ),
             (
@@ -1077,14 +1065,7 @@ spec:
             ),
             (
                 "a step mounts another step's credential home",
-                with(&|s| {
-                    let i = build(s);
-                    mount(
-                        s,
-                        i,
-                        json!({"name": "tekton-creds-init-home-0", "mountPath": "/creds"}),
-                    );
-                }),
+                build_mounts(json!({"name": "tekton-creds-init-home-0", "mountPath": "/creds"})),
                 "another step's credential home",
             ),
             (

