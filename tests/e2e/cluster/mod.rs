@@ -20,6 +20,7 @@ mod admission;
 mod bookend;
 mod certificates;
 mod failure;
+mod getting_started;
 mod helm;
 mod kubectl;
 mod objects;
