@@ -28,6 +28,17 @@ pub enum PodBackstopArg {
     Warn,
 }
 
+/// `--policy-report-api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportApiArg {
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport.
+    Wgpolicyk8s,
+    /// openreports.io/v1alpha1 Report.
+    Openreports,
+    /// Whichever the API server serves, openreports first (looked up again every 30 s).
+    Auto,
+}
+
 const DEFAULT_TLS_CERT: &str = "certs/tls.crt";
 const DEFAULT_TLS_KEY: &str = "certs/tls.key";
 
@@ -92,10 +103,14 @@ pub struct ServeArgs {
     /// skipped). `--taskrun-events=false` turns them off; Events on policies stay.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_TASKRUN_EVENTS")]
     pub taskrun_events: bool,
-    /// Kubernetes mode: write Audit policies' results to a PolicyReport per namespace
-    /// (wgpolicyk8s.io/v1alpha2), when that CRD is installed.
+    /// Kubernetes mode: write Audit policies' results to a report per namespace, when the
+    /// report CRD is installed (--policy-report-api).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_POLICY_REPORTS")]
     pub policy_reports: bool,
+    /// Which API carries the reports: wgpolicyk8s.io/v1alpha2 PolicyReports, openreports.io/v1alpha1
+    /// Reports, or auto (whichever is served, openreports first).
+    #[arg(long, value_enum, default_value_t = ReportApiArg::Auto, value_name = "API")]
+    pub policy_report_api: ReportApiArg,
     /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
     #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
     pub policy_report_max_results: usize,
@@ -161,6 +176,11 @@ impl ServeArgs {
                     taskrun_events: self.taskrun_events,
                     policy_reports: self.policy_reports,
                     report_limit: self.policy_report_max_results,
+                    report_api: match self.policy_report_api {
+                        ReportApiArg::Wgpolicyk8s => crate::reports::ReportApiChoice::WgPolicyK8s,
+                        ReportApiArg::Openreports => crate::reports::ReportApiChoice::OpenReports,
+                        ReportApiArg::Auto => crate::reports::ReportApiChoice::Auto,
+                    },
                 }),
             },
             settings: self.engine.settings(),
@@ -279,6 +299,15 @@ mod tests {
         let default = parse(&[]);
         assert!(default.taskrun_events && default.policy_reports);
         assert_eq!(default.policy_report_max_results, 200);
+        assert_eq!(default.policy_report_api, ReportApiArg::Auto);
+        for (text, api) in [
+            ("wgpolicyk8s", ReportApiArg::Wgpolicyk8s),
+            ("openreports", ReportApiArg::Openreports),
+            ("auto", ReportApiArg::Auto),
+        ] {
+            let flag = format!("--policy-report-api={text}");
+            assert_eq!(parse(&[&flag]).policy_report_api, api);
+        }
         let off = parse(&[
             "--taskrun-events=false",
             "--policy-reports=false",

@@ -52,7 +52,9 @@ use policies::{
     scenario_origin_pipeline, scenario_policy_lifecycle, scenario_step_policy,
     scenario_team_cannot_evict_or_wrap_org,
 };
-use status::{scenario_policy_reports, scenario_policy_status, scenario_taskrun_events};
+use status::{
+    scenario_openreports, scenario_policy_reports, scenario_policy_status, scenario_taskrun_events,
+};
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 
 const TEAM_A: &str = "team-a";
@@ -208,7 +210,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 21] = [
+    let scenarios: [(&str, Scenario); 22] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -265,6 +267,10 @@ fn real_apiserver_calls_bookend() {
         (
             "PolicyReports for Audit policies: CRD missing, then installed",
             scenario_policy_reports,
+        ),
+        (
+            "openreports: auto finds the Report CRD and writes there",
+            scenario_openreports,
         ),
         ("certificate rotation under load", scenario_rotation),
         (
