@@ -51,7 +51,10 @@ use policies::{
     scenario_origin_pipeline, scenario_policy_lifecycle, scenario_step_policy,
     scenario_team_cannot_evict_or_wrap_org,
 };
-use status::{scenario_policy_reports, scenario_policy_status, scenario_taskrun_events};
+use status::{
+    scenario_policy_reports, scenario_policy_status, scenario_taskrun_events,
+    scenario_tekton_version,
+};
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 
 const TEAM_A: &str = "team-a";
@@ -207,7 +210,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 21] = [
+    let scenarios: [(&str, Scenario); 22] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -243,6 +246,10 @@ fn real_apiserver_calls_bookend() {
         (
             "a team policy cannot evict or wrap an org policy",
             scenario_team_cannot_evict_or_wrap_org,
+        ),
+        (
+            "the cluster's Tekton: pipelines-info and feature-flags flip a policy's status",
+            scenario_tekton_version,
         ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
         (
