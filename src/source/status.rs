@@ -557,3 +557,74 @@ mod tests {
         assert_eq!(back, status);
     }
 }
+
+#[cfg(test)]
+mod tekton_tests {
+    use super::*;
+    use crate::policy::Settings;
+    use crate::policy::load::policy_set_from_objects;
+    use crate::tekton::cluster::{Cluster, FeatureFlags};
+
+    /// A policy the cluster's Tekton cannot run is Ready False with reason TektonUnsupported
+    /// and the flag in its message; with the fallback it is Loaded and says how it runs.
+    #[test]
+    fn a_policy_the_clusters_tekton_cannot_run_is_not_ready() {
+        let always = |name: &str, fallback: &str| {
+            json!({"apiVersion": API_VERSION, "kind": "ClusterStepPolicy",
+                   "metadata": {"name": name, "generation": 1},
+                   "spec": {"postStepsRun": "Always", "postStepsRunFallback": fallback,
+                            "postSteps": [{"name": format!("bookend-{name}"), "image": "alpine"}]}})
+        };
+        let settings = |step_actions| Settings {
+            tekton: Cluster {
+                version: "v0.62.3".parse().unwrap(),
+                flags: FeatureFlags {
+                    enable_step_actions: step_actions,
+                    ..FeatureFlags::default()
+                },
+            },
+            ..Settings::default()
+        };
+        let objects = [always("deny", "Deny"), always("degrade", "OnSuccess")];
+        let first = states(&policy_set_from_objects(
+            "kubernetes",
+            &objects,
+            settings(None),
+        ));
+        let status = desired(&first["ClusterStepPolicy/deny"], Some(1), None, "now");
+        let c = &status.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "TektonUnsupported")
+        );
+        assert!(
+            c.message.contains("spec.postStepsRun: Tekton v0.62.3 refuses step when unless its feature flag enable-step-actions is \"true\""),
+            "{}",
+            c.message
+        );
+        assert!(
+            status.post_steps.is_empty(),
+            "nothing injected while not Ready"
+        );
+        assert_eq!(
+            first["ClusterStepPolicy/deny"].event(),
+            (EventType::Warning, "PolicyUnsupportedByTekton")
+        );
+        let degraded = desired(&first["ClusterStepPolicy/degrade"], Some(1), None, "now");
+        let c = &degraded.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Loaded"));
+        assert!(c.message.contains("runs as OnSuccess"), "{}", c.message);
+        // With the flag set both are simply loaded.
+        let flagged = states(&policy_set_from_objects(
+            "kubernetes",
+            &objects,
+            settings(Some(true)),
+        ));
+        for state in flagged.values() {
+            assert!(
+                matches!(state, State::Loaded { degraded: None, .. }),
+                "{state:?}"
+            );
+        }
+    }
+}
