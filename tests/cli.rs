@@ -898,4 +898,142 @@ fn every_help_has_examples_and_exit_codes() {
             "{command}: {help}"
         );
     }
+/// The cluster's Tekton (`--tekton-version`, `--tekton-feature-flags`, `--tekton-feature-flag`):
+/// on v0.62 with default flags the example Always and StepAction policies cannot run, so
+/// validate names the flag and render refuses; the flag (or its ConfigMap) restores the newest
+/// Tekton's output; `postStepsRunFallback: OnSuccess` injects without gates, with a warning.
+#[test]
+fn render_validate_and_test_take_the_clusters_tekton() {
+    let lts = ["--tekton-version", "v0.62.3"];
+    let out = bookend(&[&["validate", "--policies", "examples/policies"][..], &lts].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("examples/policies/20-sbom.yaml: ClusterStepPolicy/org-sbom: spec.postStepsRun: Tekton v0.62.3 refuses step when unless its feature flag enable-step-actions is \"true\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ClusterStepPolicy/org-git-clone: spec.preSteps[0].ref: Tekton v0.62.3 refuses StepActions (step ref)"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("feature-flags.yaml");
+    std::fs::write(
+        &flags,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: feature-flags, namespace: tekton-pipelines}\ndata: {enable-step-actions: \"true\", enable-api-fields: beta}\n",
+    )
+    .unwrap();
+    let render = [
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/build.yaml",
+        "-o",
+        "json",
+    ];
+    let newest = bookend(&render);
+    assert_eq!(newest.status.code(), Some(0));
+    let with_flags = bookend(
+        &[
+            &render[..],
+            &lts,
+            &["--tekton-feature-flags", flags.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        with_flags.status.code(),
+        Some(0),
+        "{}",
+        text(&with_flags.stderr)
+    );
+    assert_eq!(with_flags.stdout, newest.stdout);
+    let v1 = bookend(&[&render[..], &["--tekton-version", "v1.0.0"]].concat());
+    assert_eq!(v1.stdout, newest.stdout);
+
+    // The fallback: post-steps without gates or verdict, and a warning.
+    let policy = dir.path().join("report.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: report}\nspec:\n  postStepsRun: Always\n  postStepsRunFallback: OnSuccess\n  postSteps: [{name: bookend-report, image: alpine}]\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let out = bookend(&[&["validate", "--policies", p][..], &lts].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("ClusterStepPolicy/report: postStepsRun: Always runs as OnSuccess (postStepsRunFallback: OnSuccess)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bookend(
+        &[
+            &[
+                "render",
+                "--policies",
+                p,
+                "-f",
+                "examples/taskruns/build.yaml",
+                "--dry-run",
+                "-o",
+                "json",
+            ][..],
+            &lts,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let admitted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = admitted["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"bookend-report"), "{names:?}");
+    assert!(!names.contains(&"bookend-verdict"), "{names:?}");
+
+    // Bad input: exit 2, naming the flag and the fix.
+    for (args, says) in [
+        (
+            vec!["--tekton-version", "v0.59.0"],
+            "bookend supports Tekton v0.62.0 and later",
+        ),
+        (
+            vec!["--tekton-version", "latest"],
+            "is not a Tekton version",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-step-actions"],
+            "expected KEY=VALUE",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-api-fields=gamma"],
+            "is not one of stable, beta, alpha",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-stepactions=true"],
+            "bookend does not read this flag",
+        ),
+        (
+            vec!["--tekton-feature-flags", "examples/policies/20-sbom.yaml"],
+            "expected Tekton's feature-flags ConfigMap",
+        ),
+    ] {
+        let out = bookend(&[&["validate", "--policies", "examples/policies"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = bookend(&["test", "examples/", "--tekton-version", "v0.62.3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the example tests expect the newest Tekton"
+    );
 }

@@ -172,7 +172,15 @@ impl Lookup for RenderLookup<'_> {
 
 /// Exit 0 when every TaskRun is admitted, 1 when one is denied, 2 on bad input.
 pub(super) fn run(args: &RenderArgs) -> u8 {
-    let set = match load_policies(&args.policies, args.engine.settings()) {
+    let settings = match args.engine.settings() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let inline_refused = settings.tekton.flags.inline_task_spec_refused;
+    let set = match load_policies(&args.policies, settings) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -196,6 +204,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     if let Some(kinds) = &args.disable_inline_spec {
         catalog.inline_task_spec_refused = refuses_inline_task_spec(kinds);
     }
+    catalog.inline_task_spec_refused |= inline_refused;
     let lookup = RenderLookup {
         catalog: &catalog,
         labels: args.namespace_labels.as_ref(),

@@ -3,6 +3,8 @@
 
 use serde_json::{Map, Value};
 
+/// What a Tekton cluster can run: version and feature flags.
+pub mod cluster;
 /// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
 pub mod merge;
 

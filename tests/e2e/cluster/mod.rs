@@ -54,6 +54,7 @@ use policies::{
 };
 use status::{
     scenario_openreports, scenario_policy_reports, scenario_policy_status, scenario_taskrun_events,
+    scenario_tekton_version,
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 
@@ -210,7 +211,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 22] = [
+    let scenarios: [(&str, Scenario); 23] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -246,6 +247,10 @@ fn real_apiserver_calls_bookend() {
         (
             "a team policy cannot evict or wrap an org policy",
             scenario_team_cannot_evict_or_wrap_org,
+        ),
+        (
+            "the cluster's Tekton: pipelines-info and feature-flags flip a policy's status",
+            scenario_tekton_version,
         ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
         (
