@@ -23,7 +23,8 @@ pub struct RenderArgs {
     pub policies: Vec<PathBuf>,
     /// TaskRuns to render: a file (multi-document YAML or JSON, `kind: List` as `kubectl get -o
     /// yaml` prints it), a directory (its .yaml, .yml and .json files, recursively), or `-` for
-    /// stdin. Repeatable; rendered in the order given.
+    /// stdin. Repeatable; rendered in the order given. A PipelineRun is rendered as the TaskRuns
+    /// Tekton's controller would create for it (its Pipeline from FILE or --tasks).
     #[arg(short = 'f', long = "filename", required = true)]
     pub file: Vec<PathBuf>,
     /// Output: the admitted objects as YAML or JSON, or one JSON patch per TaskRun per line.
@@ -36,8 +37,8 @@ pub struct RenderArgs {
     /// Labels of the namespace, as `k=v,k2=v2` (for namespaceSelector).
     #[arg(long, value_parser = parse_labels)]
     pub namespace_labels: Option<Labels>,
-    /// Task, StepAction and Namespace objects for resolving refs (file or directory,
-    /// repeatable). Tasks in FILE itself are used too.
+    /// Task, Pipeline, StepAction and Namespace objects for resolving refs (file or directory,
+    /// repeatable). Those in FILE itself are used too.
     #[arg(long)]
     pub tasks: Vec<PathBuf>,
     /// Print why each policy matched or not, on stderr.
@@ -142,6 +143,19 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     };
     let default_ns = args.namespace.as_deref().unwrap_or("default");
     catalog.add_objects(&docs, default_ns);
+    // A PipelineRun becomes the TaskRuns its controller would create; they go on as TaskRuns.
+    let mut notes = Vec::new();
+    let expanded = super::pipeline::expand(docs, &catalog, default_ns, &mut notes);
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let docs = match expanded {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
     if let Some(kinds) = &args.disable_inline_spec {
         catalog.inline_task_spec_refused = refuses_inline_task_spec(kinds);
     }
@@ -170,7 +184,11 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
             namespace,
             dry_run: args.dry_run,
         };
-        let label = format!("TaskRun {namespace}/{}", view.display_name());
+        let label = format!(
+            "TaskRun {namespace}/{}{}",
+            view.display_name(),
+            super::pipeline::identity(&view)
+        );
         if args.explain {
             eprintln!("{label}:");
             for e in engine::explain(request, &set, &lookup) {

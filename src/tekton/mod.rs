@@ -5,6 +5,8 @@ use serde_json::{Map, Value};
 
 /// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
 pub mod merge;
+/// The TaskRuns a PipelineRun's controller creates (`bookend render` of a PipelineRun).
+pub mod pipeline;
 
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
