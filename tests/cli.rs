@@ -791,6 +791,16 @@ fn render_previews_a_pipelinerun_per_pipeline_task() {
     ]);
     let stderr = text(&out.stderr);
     assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The sample in docs/policy.md ("PipelineRuns") is what render prints.
+    let doc = std::fs::read_to_string(common::root().join("docs/policy.md")).unwrap();
+    let section = &doc[doc.find("## PipelineRuns").unwrap()..];
+    let sample = section.split("```").nth(3).unwrap();
+    for line in sample.lines().filter(|l| !l.is_empty() && *l != "…") {
+        assert!(
+            stderr.contains(line),
+            "docs/policy.md sample line {line:?} in\n{stderr}"
+        );
+    }
     for line in [
         "note: PipelineRun team-a/release-42: task build (matrix 1/2): TaskRun release-42-build-0",
         "note: PipelineRun team-a/release-42: task build (matrix 2/2): TaskRun release-42-build-1",
