@@ -880,6 +880,25 @@ fn render_previews_a_pipelinerun_per_pipeline_task() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout).lines().count(), 4);
 
+    // --namespace: the PipelineRun, so its TaskRuns, are created there (its Pipeline too).
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        run_path,
+        "--tasks",
+        "examples/pipelineruns",
+        "--namespace",
+        "elsewhere",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("PipelineRun elsewhere/release-42: spec.pipelineRef: Pipeline elsewhere/release is not among"),
+        "{}",
+        text(&out.stderr)
+    );
+
     // Through a resolver: stated unresolved; nothing to render is bad input.
     let remote = dir.path().join("remote.yaml");
     std::fs::write(

@@ -20,18 +20,27 @@ pub fn is_pipeline_run(doc: &Value) -> bool {
 
 /// `docs` with every PipelineRun replaced by the TaskRuns its controller would create, in the
 /// Pipeline's order (`tasks`, then `finally`); what each PipelineTask gives is said in `notes`,
-/// one line each. A PipelineRun that cannot be expanded is an error naming it.
+/// one line each. A PipelineRun that cannot be expanded is an error naming it. `namespace`,
+/// when given, is where the PipelineRuns are created (`render --namespace`), whatever their
+/// metadata says; otherwise theirs, else `default_namespace`.
 pub fn expand(
     docs: Vec<Value>,
     catalog: &Catalog,
     default_namespace: &str,
+    namespace: Option<&str>,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Value>, String> {
     let mut out = Vec::with_capacity(docs.len());
-    for doc in docs {
+    for mut doc in docs {
         if !is_pipeline_run(&doc) {
             out.push(doc);
             continue;
+        }
+        if let (Some(ns), Some(meta)) = (
+            namespace,
+            doc.get_mut("metadata").and_then(Value::as_object_mut),
+        ) {
+            meta.insert("namespace".into(), ns.into());
         }
         let find = |ns: &str, name: &str| {
             catalog

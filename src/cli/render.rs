@@ -145,7 +145,13 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     catalog.add_objects(&docs, default_ns);
     // A PipelineRun becomes the TaskRuns its controller would create; they go on as TaskRuns.
     let mut notes = Vec::new();
-    let expanded = super::pipeline::expand(docs, &catalog, default_ns, &mut notes);
+    let expanded = super::pipeline::expand(
+        docs,
+        &catalog,
+        default_ns,
+        args.namespace.as_deref(),
+        &mut notes,
+    );
     for note in &notes {
         eprintln!("note: {note}");
     }

@@ -267,7 +267,7 @@ impl Suite {
             // The TaskRuns of each PipelineRun, as its controller would create them.
             let mut notes = Vec::new();
             expanded.extend(
-                pipeline::expand(pipeline_runs, &catalog, "default", &mut notes)
+                pipeline::expand(pipeline_runs, &catalog, "default", None, &mut notes)
                     .map_err(|e| format!("{test}: {}: {e}", f.display()))?,
             );
         }
