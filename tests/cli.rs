@@ -674,7 +674,7 @@ fn test_runs_the_example_policy_tests() {
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(
-        stdout.ends_with("13 passed, 0 failed (13 cases in 2 tests)\n"),
+        stdout.ends_with("17 passed, 0 failed (17 cases in 2 tests)\n"),
         "{stdout}"
     );
 }
@@ -925,6 +925,11 @@ fn render_validate_and_test_take_the_clusters_tekton() {
     )
     .unwrap();
     let render = [
+/// A PipelineRun renders as the TaskRuns Tekton's controller creates for it, each decided as a
+/// TaskRun; its Pipeline comes from the same file or `--tasks`, and a missing one is named.
+#[test]
+fn render_previews_a_pipelinerun_per_pipeline_task() {
+    let out = bookend(&[
         "render",
         "--policies",
         "examples/policies",
@@ -1035,5 +1040,200 @@ fn render_validate_and_test_take_the_clusters_tekton() {
         out.status.code(),
         Some(1),
         "the example tests expect the newest Tekton"
+        "examples/pipelineruns/",
+        "-o",
+        "json",
+        "--explain",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The sample in docs/policy.md ("PipelineRuns") is what render prints.
+    let doc = std::fs::read_to_string(common::root().join("docs/policy.md")).unwrap();
+    let section = &doc[doc.find("## PipelineRuns").unwrap()..];
+    let sample = section.split("```").nth(3).unwrap();
+    for line in sample.lines().filter(|l| !l.is_empty() && *l != "…") {
+        assert!(
+            stderr.contains(line),
+            "docs/policy.md sample line {line:?} in\n{stderr}"
+        );
+    }
+    for line in [
+        "note: PipelineRun team-a/release-42: task build (matrix 1/2): TaskRun release-42-build-0",
+        "note: PipelineRun team-a/release-42: task build (matrix 2/2): TaskRun release-42-build-1",
+        "note: PipelineRun team-a/release-42: task publish: TaskRun release-42-publish; runs only if \"./cmd/app\" notin [\"\"] (true)",
+        "note: PipelineRun team-a/release-42: finally task notify: TaskRun release-42-notify",
+        "TaskRun team-a/release-42-notify (PipelineRun release-42, task notify):",
+    ] {
+        assert!(stderr.contains(line), "{line:?} in\n{stderr}");
+    }
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task_runs: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "TaskRun")
+        .collect();
+    let names: Vec<&str> = task_runs
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "release-42-build-0",
+            "release-42-build-1",
+            "release-42-publish",
+            "release-42-notify"
+        ]
+    );
+    // The matrix value, the pipeline's default param and the context, substituted; the org's
+    // step first in every TaskRun, the referenced Task inlined.
+    assert_eq!(
+        task_runs[1]["spec"]["params"],
+        serde_json::json!([{"name": "goos", "value": "darwin"},
+                           {"name": "package", "value": "./cmd/app"}])
+    );
+    assert_eq!(
+        task_runs[2]["spec"]["params"][0]["value"],
+        "built release-42"
+    );
+    for tr in &task_runs {
+        assert_eq!(
+            tr["spec"]["taskSpec"]["steps"][0]["name"],
+            "bookend-credentials"
+        );
+        assert_eq!(tr["metadata"]["ownerReferences"][0]["kind"], "PipelineRun");
+    }
+
+    // The PipelineRun alone: its Pipeline is missing until --tasks names it.
+    let dir = tempfile::tempdir().unwrap();
+    let run_only = dir.path().join("run.yaml");
+    let source =
+        std::fs::read_to_string(common::root().join("examples/pipelineruns/release.yaml")).unwrap();
+    let run_doc = source.split("\n---\n").last().unwrap();
+    std::fs::write(&run_only, run_doc).unwrap();
+    let run_path = run_only.to_str().unwrap();
+    let out = bookend(&["render", "--policies", "examples/policies", "-f", run_path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "error: PipelineRun team-a/release-42: spec.pipelineRef: Pipeline team-a/release is not among the objects given; pass its file with --tasks (or -f)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        run_path,
+        "--tasks",
+        "examples/pipelineruns",
+        "-o",
+        "patch",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 4);
+
+    // --namespace: the PipelineRun, so its TaskRuns, are created there (its Pipeline too).
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        run_path,
+        "--tasks",
+        "examples/pipelineruns",
+        "--namespace",
+        "elsewhere",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("PipelineRun elsewhere/release-42: spec.pipelineRef: Pipeline elsewhere/release is not among"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Through a resolver: stated unresolved; nothing to render is bad input.
+    let remote = dir.path().join("remote.yaml");
+    std::fs::write(
+        &remote,
+        "apiVersion: tekton.dev/v1\nkind: PipelineRun\nmetadata: {name: r, namespace: team-a}\nspec:\n  pipelineRef:\n    resolver: git\n    params: [{name: url, value: https://example.dev/p.git}]\n",
+    )
+    .unwrap();
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        remote.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("the Pipeline comes through the git resolver when the PipelineRun runs; it is unresolved here"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `bookend test` names a PipelineRun's TaskRun by pipelineRun and pipelineTask; a task that
+/// creates no TaskRun is bad input naming those that do.
+#[test]
+fn test_takes_pipelineruns_per_pipeline_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::root();
+    let file = dir.path().join("bookend-test.yaml");
+    let write = |results: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: cli.bookend.dev/v1alpha1\nkind: Test\nmetadata: {{name: p}}\npolicies: [{}]\nresources: [{}]\nresults:\n{results}",
+                root.join("examples/policies").display(),
+                root.join("examples/pipelineruns").display(),
+            ),
+        )
+        .unwrap();
+    };
+    write(
+        "- {pipelineRun: release-42, pipelineTask: build, result: mutated, injected: [bookend-credentials, bookend-sbom, bookend-sbom-upload]}\n- {pipelineRun: release-42, pipelineTask: notify, result: admitted}\n",
+    );
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("pass    p     team-a/release-42/build [0]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pass    p     team-a/release-42/build [1]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("result: expected admitted, got mutated"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("2 passed, 1 failed (3 cases in 1 test)\n"),
+        "{stdout}"
+    );
+
+    write("- {pipelineRun: release-42, pipelineTask: lint, result: mutated}\n");
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "results: pipelineTask \"lint\" of PipelineRun \"release-42\" creates no TaskRun; those that do: [\"build\", \"notify\", \"publish\"]"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    write("- {pipelineRun: release-42, taskRun: x, result: mutated}\n");
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("results[0]: name the TaskRun under test with taskRun, or with pipelineRun and pipelineTask"),
+        "{}",
+        text(&out.stderr)
     );
 }

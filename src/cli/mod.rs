@@ -5,6 +5,7 @@
 
 mod certs;
 mod crds;
+mod pipeline;
 mod render;
 mod serve;
 mod test;

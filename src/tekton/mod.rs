@@ -7,6 +7,8 @@ use serde_json::{Map, Value};
 pub mod cluster;
 /// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
 pub mod merge;
+/// The TaskRuns a PipelineRun's controller creates (`bookend render` of a PipelineRun).
+pub mod pipeline;
 
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
