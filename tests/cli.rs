@@ -898,6 +898,8 @@ fn every_help_has_examples_and_exit_codes() {
             "{command}: {help}"
         );
     }
+}
+
 /// The cluster's Tekton (`--tekton-version`, `--tekton-feature-flags`, `--tekton-feature-flag`):
 /// on v0.62 with default flags the example Always and StepAction policies cannot run, so
 /// validate names the flag and render refuses; the flag (or its ConfigMap) restores the newest
@@ -925,11 +927,6 @@ fn render_validate_and_test_take_the_clusters_tekton() {
     )
     .unwrap();
     let render = [
-/// A PipelineRun renders as the TaskRuns Tekton's controller creates for it, each decided as a
-/// TaskRun; its Pipeline comes from the same file or `--tasks`, and a missing one is named.
-#[test]
-fn render_previews_a_pipelinerun_per_pipeline_task() {
-    let out = bookend(&[
         "render",
         "--policies",
         "examples/policies",
@@ -1040,6 +1037,18 @@ fn render_previews_a_pipelinerun_per_pipeline_task() {
         out.status.code(),
         Some(1),
         "the example tests expect the newest Tekton"
+    );
+}
+
+/// A PipelineRun renders as the TaskRuns Tekton's controller creates for it, each decided as a
+/// TaskRun; its Pipeline comes from the same file or `--tasks`, and a missing one is named.
+#[test]
+fn render_previews_a_pipelinerun_per_pipeline_task() {
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
         "examples/pipelineruns/",
         "-o",
         "json",

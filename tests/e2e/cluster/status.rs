@@ -581,6 +581,9 @@ pub(super) fn scenario_openreports(ctx: &mut Ctx) -> String {
         uids.len(),
         report["results"].as_array().map_or(0, Vec::len),
         report["summary"]
+    )
+}
+
 /// The cluster's Tekton: bookend reads `pipelines-info` and `feature-flags`. On v0.62.3 with
 /// Tekton's default flags the example `Always` policy (org-sbom) turns READY False, reason
 /// TektonUnsupported, and a TaskRun it matches is refused naming the flag; setting
