@@ -837,6 +837,42 @@ fn render_decisions_identify_every_taskrun_denied_ones_included() {
         patches,
         [lines[0]["patch"].clone(), lines[2]["patch"].clone()]
     );
+
+    // A PipelineRun's TaskRuns: each line names the PipelineRun and the PipelineTask, and the
+    // file the PipelineRun came from.
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/pipelineruns/release.yaml",
+        "-o",
+        "decisions",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let tasks: Vec<(String, String, String)> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|l| {
+            (
+                l["pipelineRun"].as_str().unwrap_or("-").to_owned(),
+                l["pipelineTask"].as_str().unwrap_or("-").to_owned(),
+                l["file"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        tasks.contains(&(
+            "release-42".into(),
+            "notify".into(),
+            "examples/pipelineruns/release.yaml".into()
+        )),
+        "{tasks:?}"
+    );
+    assert!(
+        tasks.iter().all(|(run, _, _)| run == "release-42"),
+        "{tasks:?}"
+    );
 }
 
 /// A policy with several problems gets one line per problem, not only the first.
