@@ -53,6 +53,8 @@ pub struct Options {
     pub policy_reports: bool,
     /// Results kept per namespace's report (`--policy-report-max-results`).
     pub report_limit: usize,
+    /// Post-run verification of the TaskRuns bookend injected into (`--verify-runs`).
+    pub verify_runs: bool,
 }
 
 impl Default for Options {
@@ -61,6 +63,7 @@ impl Default for Options {
             taskrun_events: true,
             policy_reports: true,
             report_limit: reports::DEFAULT_LIMIT,
+            verify_runs: true,
         }
     }
 }

@@ -56,6 +56,40 @@ struct EventLabels {
     result: &'static str,
 }
 
+/// An org step's run: its policy, its name and how it ended (policy × step × outcome: bounded
+/// by the loaded policies, never per TaskRun).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepRunLabels {
+    policy: String,
+    step: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    policy: String,
+    step: String,
+}
+
+/// A verdict on a finished TaskRun for one policy: `pass` or `fail`, and the cause of a fail
+/// (`none`, `did_not_run`, `not_injected`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    policy: String,
+    verdict: &'static str,
+    cause: &'static str,
+}
+
+/// Wall-clock buckets of an org step, in seconds: Tekton's entrypoint polls once a second, so
+/// one second is the floor.
+pub const STEP_DURATION_BUCKETS: [f64; 11] = [
+    1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+fn step_duration_histogram() -> Histogram {
+    Histogram::new(STEP_DURATION_BUCKETS)
+}
+
 fn result(ok: bool) -> &'static str {
     if ok { "success" } else { "error" }
 }
@@ -87,6 +121,11 @@ pub struct Metrics {
     status_writes: Family<ResultLabels, Counter>,
     report_writes: Family<ResultLabels, Counter>,
     followups_dropped: Counter,
+    step_runs: Family<StepRunLabels, Counter>,
+    step_duration: HistogramFamily<StepLabels>,
+    verdicts: Family<VerdictLabels, Counter>,
+    taskruns_watched: Gauge,
+    verification_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -202,6 +241,37 @@ impl Metrics {
             "Admitted TaskRuns whose Events and PolicyReport results were dropped because the queue to their writer was full (the admission answer never waits for it)",
             followups_dropped.clone(),
         );
+        let step_runs = Family::<StepRunLabels, Counter>::default();
+        registry.register(
+            "bookend_step_runs",
+            "Org steps of finished TaskRuns, by policy, step and outcome (completed, failed, continued, skipped, timed_out, cancelled, never_started)",
+            step_runs.clone(),
+        );
+        let step_duration: HistogramFamily<StepLabels> =
+            Family::new_with_constructor(step_duration_histogram as fn() -> Histogram);
+        registry.register(
+            "bookend_step_duration_seconds",
+            "Wall-clock time of the org steps that ran (startedAt to finishedAt), by policy and step",
+            step_duration.clone(),
+        );
+        let verdicts = Family::<VerdictLabels, Counter>::default();
+        registry.register(
+            "bookend_run_verdicts",
+            "Post-run verdicts per finished TaskRun and policy: pass, or fail with its cause (did_not_run, not_injected, failed)",
+            verdicts.clone(),
+        );
+        let taskruns_watched = Gauge::default();
+        registry.register(
+            "bookend_taskruns_watched",
+            "TaskRuns bookend injected into that have not finished yet (kubernetes mode)",
+            taskruns_watched.clone(),
+        );
+        let verification_errors = Counter::default();
+        registry.register(
+            "bookend_verification_errors",
+            "Finished TaskRuns whose verification could not be recorded (the mark could not be written; retried on the next watch event)",
+            verification_errors.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
@@ -230,7 +300,52 @@ impl Metrics {
             status_writes,
             report_writes,
             followups_dropped,
+            step_runs,
+            step_duration,
+            verdicts,
+            taskruns_watched,
+            verification_errors,
         }
+    }
+
+    /// Records the verification of one finished TaskRun: each org step's outcome and duration,
+    /// and each policy's verdict.
+    pub fn observe_verification(&self, verification: &crate::engine::verify::Verification) {
+        for run in &verification.policies {
+            for step in &run.steps {
+                self.step_runs
+                    .get_or_create(&StepRunLabels {
+                        policy: run.policy.clone(),
+                        step: step.name.clone(),
+                        outcome: step.outcome.as_str(),
+                    })
+                    .inc();
+                if let Some(seconds) = step.duration_seconds {
+                    self.step_duration
+                        .get_or_create(&StepLabels {
+                            policy: run.policy.clone(),
+                            step: step.name.clone(),
+                        })
+                        .observe(seconds);
+                }
+            }
+            self.verdicts
+                .get_or_create(&VerdictLabels {
+                    policy: run.policy.clone(),
+                    verdict: run.verdict.as_str(),
+                    cause: run.cause.map_or("none", |c| c.as_str()),
+                })
+                .inc();
+        }
+    }
+
+    /// How many injected TaskRuns are being watched until they finish.
+    pub fn set_taskruns_watched(&self, n: usize) {
+        self.taskruns_watched.set(n as i64);
+    }
+
+    pub fn verification_error(&self) {
+        self.verification_errors.inc();
     }
 
     /// Records one answered review.
@@ -380,6 +495,28 @@ mod tests {
         m.observe_review("mutate", &summary, 0.000_2);
         m.handler_panic();
         m.set_certificate_expiry(1_900_000_000);
+        use crate::engine::verify::{
+            Place, PolicyRun, RunVerdict, StepOutcome, StepRun, Verification,
+        };
+        m.observe_verification(&Verification {
+            succeeded: true,
+            reason: "Succeeded".into(),
+            by_composition: true,
+            policies: vec![PolicyRun {
+                policy: "ClusterStepPolicy/a".into(),
+                mode: None,
+                steps: vec![StepRun {
+                    name: "bookend-a".into(),
+                    place: Place::Pre,
+                    outcome: StepOutcome::Completed,
+                    exit_code: Some(0),
+                    duration_seconds: Some(3.5),
+                }],
+                verdict: RunVerdict::Pass,
+                cause: None,
+                drift: None,
+            }],
+        });
         let text = m.encode();
         for needle in [
             "bookend_admission_requests_total{endpoint=\"mutate\",operation=\"CREATE\",outcome=\"mutated\",dry_run=\"false\"} 1",
@@ -395,6 +532,11 @@ mod tests {
             "bookend_status_writes_total{result=\"success\"} 0",
             "bookend_policy_report_writes_total{result=\"error\"} 0",
             "bookend_followups_dropped_total 0",
+            "bookend_taskruns_watched 0",
+            "bookend_verification_errors_total 0",
+            "bookend_step_runs_total{policy=\"ClusterStepPolicy/a\",step=\"bookend-a\",outcome=\"completed\"} 1",
+            "bookend_step_duration_seconds_bucket{le=\"5.0\",policy=\"ClusterStepPolicy/a\",step=\"bookend-a\"} 1",
+            "bookend_run_verdicts_total{policy=\"ClusterStepPolicy/a\",verdict=\"pass\",cause=\"none\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -96,6 +96,11 @@ pub struct ServeArgs {
     /// (wgpolicyk8s.io/v1alpha2), when that CRD is installed.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_POLICY_REPORTS")]
     pub policy_reports: bool,
+    /// Kubernetes mode: watch the TaskRuns bookend injected into (label bookend.dev/verify) and,
+    /// when each finishes, verify that its org steps ran: an Event, a PolicyReport result per
+    /// policy, metrics, and the bookend.dev/verified mark. Needs list/watch/patch on taskruns.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_VERIFY_RUNS")]
+    pub verify_runs: bool,
     /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
     #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
     pub policy_report_max_results: usize,
@@ -169,6 +174,7 @@ impl ServeArgs {
                     taskrun_events: self.taskrun_events,
                     policy_reports: self.policy_reports,
                     report_limit: self.policy_report_max_results,
+                    verify_runs: self.verify_runs,
                 }),
             },
             settings: self.engine.settings(),
@@ -285,14 +291,15 @@ mod tests {
             serve
         };
         let default = parse(&[]);
-        assert!(default.taskrun_events && default.policy_reports);
+        assert!(default.taskrun_events && default.policy_reports && default.verify_runs);
         assert_eq!(default.policy_report_max_results, 200);
         let off = parse(&[
             "--taskrun-events=false",
             "--policy-reports=false",
             "--policy-report-max-results=50",
+            "--verify-runs=false",
         ]);
-        assert!(!off.taskrun_events && !off.policy_reports);
+        assert!(!off.taskrun_events && !off.policy_reports && !off.verify_runs);
         assert_eq!(off.policy_report_max_results, 50);
         assert!(
             crate::cli::Cli::try_parse_from([

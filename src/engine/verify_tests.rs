@@ -481,3 +481,31 @@ fn outcome_labels_are_distinct() {
         StepOutcome::ALL.iter().map(|o| o.as_str()).collect();
     assert_eq!(labels.len(), StepOutcome::ALL.len());
 }
+
+#[test]
+fn admission_labels_what_verification_watches_and_only_that() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    assert_eq!(
+        object["metadata"]["labels"][record::LABEL],
+        json!(record::LABEL_VALUE)
+    );
+    // The author's own value is overwritten: nobody opts out of verification by labelling.
+    let mut opted_out = taskrun(json!([{"name": "build", "image": "go"}]));
+    opted_out["metadata"]["labels"] = json!({record::LABEL: "false"});
+    assert_eq!(
+        run(&set, &opted_out).object["metadata"]["labels"][record::LABEL],
+        json!("true")
+    );
+    // A TaskRun no policy applies to keeps no record and no label, even one its author wrote.
+    let none = policies(
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: elsewhere}\nspec:\n  match: {namespaces: [other]}\n  preSteps: [{name: bookend-x, image: alpine}]\n",
+    );
+    let mut forged = taskrun(json!([{"name": "build", "image": "go"}]));
+    forged["metadata"]["labels"] = json!({record::LABEL: "true", "team": "a"});
+    forged["metadata"]["annotations"] = json!({record::ANNOTATION: "{\"policies\":[]}"});
+    let d = run(&none, &forged);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert_eq!(d.object["metadata"]["labels"], json!({"team": "a"}));
+    assert_eq!(d.object["metadata"]["annotations"], json!({}));
+}
