@@ -38,6 +38,7 @@ mod runs;
 mod scenarios;
 mod sealed;
 mod timing;
+mod verification;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -379,7 +380,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 16] = [
+    let list: [(&str, Scenario); 17] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -437,6 +438,10 @@ fn injected_taskruns_run() {
         (
             "16 the Pod is the truth: unsealed TaskRuns' Pods, image swaps, impostor Pods refused",
             pods::scenario_tampered_pods,
+        ),
+        (
+            "17 post-run verification: pass, failing user step, step and TaskRun timeouts",
+            verification::scenario_verification,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and

@@ -27,6 +27,7 @@ mod pod_backstop;
 mod policies;
 mod status;
 mod tasks;
+mod verification;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -53,6 +54,7 @@ use policies::{
 };
 use status::{scenario_policy_reports, scenario_policy_status, scenario_taskrun_events};
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
+use verification::scenario_post_run_verification;
 
 const TEAM_A: &str = "team-a";
 const TEAM_B: &str = "team-b";
@@ -207,7 +209,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 21] = [
+    let scenarios: [(&str, Scenario); 22] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -264,6 +266,10 @@ fn real_apiserver_calls_bookend() {
         (
             "PolicyReports for Audit policies: CRD missing, then installed",
             scenario_policy_reports,
+        ),
+        (
+            "post-run verification: verdicts, Event, report, metrics; once across a restart and two replicas",
+            scenario_post_run_verification,
         ),
         ("certificate rotation under load", scenario_rotation),
         (
