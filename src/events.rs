@@ -55,6 +55,8 @@ pub struct Options {
     pub report_limit: usize,
     /// Which report API (`--policy-report-api`).
     pub report_api: reports::ReportApiChoice,
+    /// Post-run verification of the TaskRuns bookend injected into (`--verify-runs`).
+    pub verify_runs: bool,
 }
 
 impl Default for Options {
@@ -64,6 +66,7 @@ impl Default for Options {
             policy_reports: true,
             report_limit: reports::DEFAULT_LIMIT,
             report_api: reports::ReportApiChoice::Auto,
+            verify_runs: true,
         }
     }
 }

@@ -14,7 +14,7 @@
 //!
 //! Layers, each importing only those below it: [`cli`] (the command line, exit codes) →
 //! [`server`] (HTTPS webhook and admin port) → [`events`] (after admission: Events on TaskRuns,
-//! Audit results) → [`reports`] (PolicyReports) → [`source`] (where policies come from) →
+//! Audit results) and [`verification`] (after the run: did the org steps run?) → [`reports`] (PolicyReports) → [`source`] (where policies come from) →
 //! [`admission`] (the AdmissionReview envelope) → [`engine`] (the decision) → [`policy`] (the
 //! `bookend.dev/v1alpha1` API, loading, validation, matching) → [`patch`] and [`tekton`]
 //! (RFC 6902 patches, the TaskRun model). [`metrics`], [`telemetry`] and [`certs`] serve the
@@ -35,6 +35,7 @@ pub mod server;
 pub mod source;
 pub mod tekton;
 pub mod telemetry;
+pub mod verification;
 
 /// Tekton's pod builder as tests need it (shared with the e2e suite).
 #[cfg(test)]

@@ -66,6 +66,40 @@ struct EventLabels {
     result: &'static str,
 }
 
+/// An org step's run: its policy, its name and how it ended (policy × step × outcome: bounded
+/// by the loaded policies, never per TaskRun).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepRunLabels {
+    policy: String,
+    step: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StepLabels {
+    policy: String,
+    step: String,
+}
+
+/// A verdict on a finished TaskRun for one policy: `pass` or `fail`, and the cause of a fail
+/// (`none`, `did_not_run`, `not_injected`, `failed`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabels {
+    policy: String,
+    verdict: &'static str,
+    cause: &'static str,
+}
+
+/// Wall-clock buckets of an org step, in seconds: Tekton's entrypoint polls once a second, so
+/// one second is the floor.
+pub const STEP_DURATION_BUCKETS: [f64; 11] = [
+    1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0, 3600.0,
+];
+
+fn step_duration_histogram() -> Histogram {
+    Histogram::new(STEP_DURATION_BUCKETS)
+}
+
 fn result(ok: bool) -> &'static str {
     if ok { "success" } else { "error" }
 }
@@ -98,6 +132,11 @@ pub struct Metrics {
     report_writes: Family<ResultLabels, Counter>,
     followups_dropped: Counter,
     tekton_info: Family<TektonLabels, Gauge>,
+    step_runs: Family<StepRunLabels, Counter>,
+    step_duration: HistogramFamily<StepLabels>,
+    verdicts: Family<VerdictLabels, Counter>,
+    taskruns_watched: Gauge,
+    verification_errors: Counter,
 }
 
 impl Default for Metrics {
@@ -219,6 +258,37 @@ impl Metrics {
             "The Tekton the policies are compiled for (1): its version (from the pipelines-info ConfigMap in kubernetes mode, else --tekton-version), whether bookend supports it, and the feature flags bookend depends on",
             tekton_info.clone(),
         );
+        let step_runs = Family::<StepRunLabels, Counter>::default();
+        registry.register(
+            "bookend_step_runs",
+            "Org steps of finished TaskRuns, by policy, step and outcome (completed, failed, continued, skipped, timed_out, cancelled, never_started)",
+            step_runs.clone(),
+        );
+        let step_duration: HistogramFamily<StepLabels> =
+            Family::new_with_constructor(step_duration_histogram as fn() -> Histogram);
+        registry.register(
+            "bookend_step_duration_seconds",
+            "Wall-clock time of the org steps that ran (startedAt to finishedAt), by policy and step",
+            step_duration.clone(),
+        );
+        let verdicts = Family::<VerdictLabels, Counter>::default();
+        registry.register(
+            "bookend_run_verdicts",
+            "Post-run verdicts per finished TaskRun and policy: pass, or fail with its cause (did_not_run, not_injected, failed)",
+            verdicts.clone(),
+        );
+        let taskruns_watched = Gauge::default();
+        registry.register(
+            "bookend_taskruns_watched",
+            "TaskRuns bookend injected into that have not finished yet (kubernetes mode)",
+            taskruns_watched.clone(),
+        );
+        let verification_errors = Counter::default();
+        registry.register(
+            "bookend_verification_errors",
+            "Finished TaskRuns whose verification could not be recorded (the mark could not be written; retried on the next watch event)",
+            verification_errors.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
@@ -248,6 +318,11 @@ impl Metrics {
             report_writes,
             followups_dropped,
             tekton_info,
+            step_runs,
+            step_duration,
+            verdicts,
+            taskruns_watched,
+            verification_errors,
         }
     }
 
@@ -263,6 +338,46 @@ impl Metrics {
                 api_fields: cluster.flags.enable_api_fields.as_str(),
             })
             .set(1);
+    }
+
+    /// Records the verification of one finished TaskRun: each org step's outcome and duration,
+    /// and each policy's verdict.
+    pub fn observe_verification(&self, verification: &crate::engine::verify::Verification) {
+        for run in &verification.policies {
+            for step in &run.steps {
+                self.step_runs
+                    .get_or_create(&StepRunLabels {
+                        policy: run.policy.clone(),
+                        step: step.name.clone(),
+                        outcome: step.outcome.as_str(),
+                    })
+                    .inc();
+                if let Some(seconds) = step.duration_seconds {
+                    self.step_duration
+                        .get_or_create(&StepLabels {
+                            policy: run.policy.clone(),
+                            step: step.name.clone(),
+                        })
+                        .observe(seconds);
+                }
+            }
+            self.verdicts
+                .get_or_create(&VerdictLabels {
+                    policy: run.policy.clone(),
+                    verdict: run.verdict.as_str(),
+                    cause: run.cause.map_or("none", |c| c.as_str()),
+                })
+                .inc();
+        }
+    }
+
+    /// How many injected TaskRuns are being watched until they finish.
+    pub fn set_taskruns_watched(&self, n: usize) {
+        self.taskruns_watched.set(n as i64);
+    }
+
+    pub fn verification_error(&self) {
+        self.verification_errors.inc();
     }
 
     /// Records one answered review.
@@ -417,6 +532,28 @@ mod tests {
             flags: Default::default(),
         });
         m.set_tekton_info(&crate::tekton::cluster::Cluster::default());
+        use crate::engine::verify::{
+            Place, PolicyRun, RunVerdict, StepOutcome, StepRun, Verification,
+        };
+        m.observe_verification(&Verification {
+            succeeded: true,
+            reason: "Succeeded".into(),
+            by_composition: true,
+            policies: vec![PolicyRun {
+                policy: "ClusterStepPolicy/a".into(),
+                mode: None,
+                steps: vec![StepRun {
+                    name: "bookend-a".into(),
+                    place: Place::Pre,
+                    outcome: StepOutcome::Completed,
+                    exit_code: Some(0),
+                    duration_seconds: Some(3.5),
+                }],
+                verdict: RunVerdict::Pass,
+                cause: None,
+                drift: None,
+            }],
+        });
         let text = m.encode();
         assert!(!text.contains("v0.61.0"), "one Tekton at a time:\n{text}");
         for needle in [
@@ -434,6 +571,11 @@ mod tests {
             "bookend_policy_report_writes_total{result=\"error\"} 0",
             "bookend_followups_dropped_total 0",
             "bookend_tekton_info{version=\"v1.15.0\",supported=\"true\",step_actions=\"true\",api_fields=\"beta\"} 1",
+            "bookend_taskruns_watched 0",
+            "bookend_verification_errors_total 0",
+            "bookend_step_runs_total{policy=\"ClusterStepPolicy/a\",step=\"bookend-a\",outcome=\"completed\"} 1",
+            "bookend_step_duration_seconds_bucket{le=\"5.0\",policy=\"ClusterStepPolicy/a\",step=\"bookend-a\"} 1",
+            "bookend_run_verdicts_total{policy=\"ClusterStepPolicy/a\",verdict=\"pass\",cause=\"none\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

@@ -26,6 +26,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, PostParams};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::engine::verify::{PolicyRun, RunVerdict};
 use crate::engine::{AuditFinding, AuditOutcome};
 use crate::metrics::Metrics;
 
@@ -163,15 +164,7 @@ pub fn result(subject: &Subject, finding: &AuditFinding, seconds: i64) -> Value 
         AuditOutcome::WouldDeny => "fail",
         AuditOutcome::Skipped => "skip",
     };
-    let mut message = finding.message.clone();
-    if message.len() > MESSAGE_LIMIT {
-        let mut cut = MESSAGE_LIMIT - 3;
-        while !message.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        message.truncate(cut);
-        message.push_str("...");
-    }
+    let message = cut(finding.message.clone());
     json!({
         "source": SOURCE,
         "policy": finding.policy,
@@ -193,13 +186,73 @@ pub fn result(subject: &Subject, finding: &AuditFinding, seconds: i64) -> Value 
     })
 }
 
-/// A result's identity: the TaskRun's uid and the policy (a TaskRun admitted twice, e.g. a
-/// retried request, keeps one result per policy).
-fn key(result: &Value) -> (String, String) {
+/// One PolicyReport result for a policy's post-run verdict on a finished TaskRun
+/// ([`crate::engine::verify`]): `pass`, or `fail` with the reason; Enforce policies too.
+pub fn run_result(subject: &Subject, run: &PolicyRun, seconds: i64) -> Value {
+    let message = match &run.verdict {
+        RunVerdict::Pass => format!(
+            "org steps ran: {}",
+            run.steps
+                .iter()
+                .map(|s| format!("{} {}", s.name, s.outcome.as_str()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        RunVerdict::Fail(reason) => reason.clone(),
+    };
+    let mut properties = serde_json::Map::new();
+    properties.insert("check".into(), json!("run"));
+    if let Some(mode) = run.mode {
+        properties.insert("mode".into(), json!(format!("{mode:?}")));
+    }
+    if let Some(cause) = run.cause {
+        properties.insert("cause".into(), json!(cause.as_str()));
+    }
+    if let Some(drift) = &run.drift {
+        properties.insert("drift".into(), json!(drift.as_str()));
+    }
+    for step in &run.steps {
+        properties.insert(format!("step.{}", step.name), json!(step.outcome.as_str()));
+    }
+    json!({
+        "source": SOURCE,
+        "policy": run.policy,
+        "rule": "run",
+        "result": run.verdict.as_str(),
+        "message": cut(message),
+        "timestamp": {"seconds": seconds, "nanos": 0},
+        "resources": [{
+            "apiVersion": subject.api_version,
+            "kind": "TaskRun",
+            "name": subject.name,
+            "namespace": subject.namespace,
+            "uid": subject.uid,
+        }],
+        "properties": properties,
+    })
+}
+
+fn cut(mut message: String) -> String {
+    if message.len() > MESSAGE_LIMIT {
+        let mut cut = MESSAGE_LIMIT - 3;
+        while !message.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
+}
+
+/// A result's identity: the TaskRun's uid, the policy and the rule (`run` for a post-run
+/// verdict, none for an Audit finding; a TaskRun admitted twice, e.g. a retried request, keeps
+/// one result per policy and rule).
+fn key(result: &Value) -> (String, String, String) {
     let text = |v: &Value| v.as_str().unwrap_or_default().to_owned();
     (
         text(&result["resources"][0]["uid"]),
         text(&result["policy"]),
+        text(&result["rule"]),
     )
 }
 
@@ -213,7 +266,7 @@ fn seconds(result: &Value) -> i64 {
 pub fn merge(existing: &[Value], new: &[Value], limit: usize) -> Vec<Value> {
     let (ours, theirs): (Vec<&Value>, Vec<&Value>) =
         existing.iter().partition(|r| r["source"] == SOURCE);
-    let mut by_key: HashMap<(String, String), Value> = HashMap::new();
+    let mut by_key: HashMap<(String, String, String), Value> = HashMap::new();
     for r in ours.into_iter().chain(new) {
         let k = key(r);
         match by_key.get(&k) {
@@ -533,7 +586,14 @@ mod tests {
         // u2/A again, newer; two new TaskRuns; a limit of 3 of bookend's results.
         let new = vec![r("u2", "A", 4), r("u4", "A", 5), r("u5", "B", 6)];
         let merged = merge(&existing, &new, 3);
-        let keys: Vec<(String, String)> = merged.iter().skip(1).map(key).collect();
+        let keys: Vec<(String, String)> = merged
+            .iter()
+            .skip(1)
+            .map(|r| {
+                let (uid, policy, _) = key(r);
+                (uid, policy)
+            })
+            .collect();
         assert_eq!(merged[0], theirs, "other tools' results are kept");
         assert_eq!(
             keys,

@@ -36,7 +36,7 @@ fn untouched_part(object: &Value) -> Value {
                 "annotations",
                 ["bookend.dev/injected", "bookend.dev/inlined-task"],
             ),
-            ("labels", ["tekton.dev/task", "tekton.dev/task"]),
+            ("labels", ["tekton.dev/task", "bookend.dev/verify"]),
         ] {
             if let Some(map) = meta.get_mut(key).and_then(Value::as_object_mut) {
                 for k in owned {

@@ -506,12 +506,15 @@ fn the_cluster_role_is_least_privilege() {
     for verb in ["get", "list", "watch"] {
         expected.insert(("".into(), "configmaps".into(), verb.into()));
     }
-    // One TaskRun GET: the Pod backstop, and the follow-ups' check that a TaskRun was stored.
-    expected.insert((
-        "tekton.dev".to_owned(),
-        "taskruns".to_owned(),
-        "get".to_owned(),
-    ));
+    // TaskRuns: one GET for the Pod backstop and the follow-ups' check that a TaskRun was
+    // stored; list, watch and patch for post-run verification (the watch and the mark).
+    for verb in ["get", "list", "watch", "patch"] {
+        expected.insert((
+            "tekton.dev".to_owned(),
+            "taskruns".to_owned(),
+            verb.to_owned(),
+        ));
+    }
     // Reports with policyReports.api=auto: whichever of the two APIs the cluster serves.
     for (group, resource) in [
         ("wgpolicyk8s.io", "policyreports"),

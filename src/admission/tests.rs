@@ -102,7 +102,10 @@ fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
     assert_eq!(r["allowed"], true);
     assert_eq!(r["patchType"], "JSONPatch");
     let patch = decoded_patch(r);
-    assert_eq!(patch[1]["path"], "/spec/taskSpec/steps/0");
+    // The record, the label that selects the TaskRun for post-run verification, the step.
+    assert_eq!(patch[1]["path"], "/metadata/labels");
+    assert_eq!(patch[1]["value"], json!({"bookend.dev/verify": "true"}));
+    assert_eq!(patch[2]["path"], "/spec/taskSpec/steps/0");
     assert_eq!(reply.summary.outcome, Some(Outcome::Mutated));
     assert_eq!(
         reply.summary.injected,

@@ -111,6 +111,11 @@ pub struct ServeArgs {
     /// Reports, or auto (whichever is served, openreports first).
     #[arg(long, value_enum, default_value_t = ReportApiArg::Auto, value_name = "API")]
     pub policy_report_api: ReportApiArg,
+    /// Kubernetes mode: watch the TaskRuns bookend injected into (label bookend.dev/verify) and,
+    /// when each finishes, verify that its org steps ran: an Event, a PolicyReport result per
+    /// policy, metrics, and the bookend.dev/verified mark. Needs list/watch/patch on taskruns.
+    #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_VERIFY_RUNS")]
+    pub verify_runs: bool,
     /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
     #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
     pub policy_report_max_results: usize,
@@ -181,6 +186,7 @@ impl ServeArgs {
                         ReportApiArg::Openreports => crate::reports::ReportApiChoice::OpenReports,
                         ReportApiArg::Auto => crate::reports::ReportApiChoice::Auto,
                     },
+                    verify_runs: self.verify_runs,
                 }),
             },
             settings: self.engine.settings()?,
@@ -299,7 +305,7 @@ mod tests {
             serve
         };
         let default = parse(&[]);
-        assert!(default.taskrun_events && default.policy_reports);
+        assert!(default.taskrun_events && default.policy_reports && default.verify_runs);
         assert_eq!(default.policy_report_max_results, 200);
         assert_eq!(default.policy_report_api, ReportApiArg::Auto);
         for (text, api) in [
@@ -314,8 +320,9 @@ mod tests {
             "--taskrun-events=false",
             "--policy-reports=false",
             "--policy-report-max-results=50",
+            "--verify-runs=false",
         ]);
-        assert!(!off.taskrun_events && !off.policy_reports);
+        assert!(!off.taskrun_events && !off.policy_reports && !off.verify_runs);
         assert_eq!(off.policy_report_max_results, 50);
         assert!(
             crate::cli::Cli::try_parse_from([

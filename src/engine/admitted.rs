@@ -92,12 +92,34 @@ impl Injection {
     /// objects lists them (maps keep their keys sorted: `metadata` before `spec`).
     fn patch(self, original: &Value, shape: Shape) -> Vec<Operation> {
         let mut ops = Vec::new();
-        patch::set_at(
-            original,
-            &["metadata", "annotations", record::ANNOTATION],
-            self.record.map(Value::String),
-            &mut ops,
-        );
+        if original.get("metadata").is_some_and(Value::is_object) {
+            let label = self
+                .record
+                .as_ref()
+                .map(|_| Value::from(record::LABEL_VALUE));
+            patch::set_at(
+                original,
+                &["metadata", "annotations", record::ANNOTATION],
+                self.record.map(Value::String),
+                &mut ops,
+            );
+            patch::set_at(
+                original,
+                &["metadata", "labels", record::LABEL],
+                label,
+                &mut ops,
+            );
+        } else if self.record.is_some() {
+            // No metadata object to add two members to: one operation sets it whole.
+            let mut metadata = Value::Null;
+            set_record(&mut metadata, self.record);
+            patch::set_at(
+                original,
+                &["metadata"],
+                metadata.get("metadata").cloned(),
+                &mut ops,
+            );
+        }
         let old_spec = original["spec"]["taskSpec"]
             .as_object()
             .expect("injected into an object taskSpec");
@@ -124,16 +146,32 @@ impl Injection {
     }
 }
 
-/// Sets (`Some`) or removes (`None`) the `bookend.dev/injected` record of an object.
+/// Sets (`Some`) or removes (`None`) the `bookend.dev/injected` record of an object, and with
+/// it the label that selects the TaskRun for post-run verification.
 pub(super) fn set_record(object: &mut Value, record: Option<String>) {
     match record {
-        Some(record) => set_metadata_entry(object, "annotations", record::ANNOTATION, record),
+        Some(record) => {
+            if !object.is_object() {
+                *object = Value::Object(Map::new());
+            }
+            set_metadata_entry(object, "annotations", record::ANNOTATION, record);
+            set_metadata_entry(
+                object,
+                "labels",
+                record::LABEL,
+                record::LABEL_VALUE.to_owned(),
+            );
+        }
         None => {
-            if let Some(Value::Object(annotations)) = object
-                .get_mut("metadata")
-                .and_then(|m| m.get_mut("annotations"))
-            {
-                annotations.remove(record::ANNOTATION);
+            for (map, key) in [
+                ("annotations", record::ANNOTATION),
+                ("labels", record::LABEL),
+            ] {
+                if let Some(Value::Object(entries)) =
+                    object.get_mut("metadata").and_then(|m| m.get_mut(map))
+                {
+                    entries.remove(key);
+                }
             }
         }
     }

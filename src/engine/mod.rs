@@ -15,6 +15,7 @@ mod recognise;
 pub mod record;
 pub mod reindex;
 mod resolved;
+pub mod verify;
 
 use std::collections::BTreeMap;
 use std::fmt;

@@ -5,6 +5,12 @@ use serde::{Deserialize, Serialize};
 
 /// Annotation key of the record.
 pub const ANNOTATION: &str = "bookend.dev/injected";
+/// Label bookend sets beside the record, so that the post-run watch selects only the TaskRuns
+/// it injected into (a label selector: the API server filters, bookend caches nothing else).
+/// The author cannot opt out by writing it: bookend sets it with the record and removes it with
+/// a record it did not write.
+pub const LABEL: &str = "bookend.dev/verify";
+pub const LABEL_VALUE: &str = "true";
 /// Annotation naming the Task bookend inlined for a `taskRef` TaskRun.
 pub const INLINED_ANNOTATION: &str = "bookend.dev/inlined-task";
 

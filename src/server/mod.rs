@@ -31,8 +31,10 @@ use crate::engine::Lookup;
 use crate::events::Followups;
 use crate::metrics::Metrics;
 use crate::policy::{PolicySet, Settings};
+use crate::reports::Reports;
 use crate::source::files::{FileSource, LoadError, Paths};
 use crate::source::{PolicySource, kubernetes};
+use crate::verification;
 use conn::ConnLimits;
 use http::AppState;
 use tls::{TlsError, TlsFiles, TlsStore};
@@ -145,14 +147,33 @@ async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
             followups = Some(Followups::start(
                 client.clone(),
                 kubernetes::reporter(),
-                options,
+                options.clone(),
                 metrics.clone(),
             ));
-            Arc::new(kubernetes::start(
-                client,
+            let source: Arc<dyn PolicySource> = Arc::new(kubernetes::start(
+                client.clone(),
                 config.settings.clone(),
                 metrics.clone(),
-            ))
+            ));
+            if options.verify_runs {
+                let reports = options.policy_reports.then(|| {
+                    Reports::start(
+                        client.clone(),
+                        options.report_api,
+                        options.report_limit,
+                        Duration::from_secs(2),
+                        metrics.clone(),
+                    )
+                });
+                verification::start(
+                    client,
+                    source.clone(),
+                    kubernetes::reporter(),
+                    reports,
+                    metrics.clone(),
+                );
+            }
+            source
         }
     };
     let listen = |flag, addr| async move {

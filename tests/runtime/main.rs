@@ -39,6 +39,7 @@ mod runs;
 mod scenarios;
 mod sealed;
 mod timing;
+mod verification;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
@@ -380,7 +381,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 17] = [
+    let list: [(&str, Scenario); 18] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -442,6 +443,10 @@ fn injected_taskruns_run() {
         (
             "17 PipelineRun preview: bookend render equals the TaskRuns Tekton's controller creates",
             preview::scenario_preview,
+        ),
+        (
+            "18 post-run verification: pass, failing user step, step and TaskRun timeouts",
+            verification::scenario_verification,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and

@@ -17,6 +17,7 @@ fn inserted_steps_are_adds_at_indexes() {
         d.patch.iter().map(|op| op.path()).collect::<Vec<_>>(),
         [
             "/metadata/annotations",
+            "/metadata/labels",
             "/spec/taskSpec/steps/0",
             "/spec/taskSpec/steps/1",
             "/spec/taskSpec/steps/3",
@@ -48,10 +49,14 @@ fn many_changes_to_the_steps_are_one_replace() {
     let d = run(&set, &object);
     assert_eq!(
         d.patch.iter().map(|op| op.path()).collect::<Vec<_>>(),
-        ["/metadata/annotations", "/spec/taskSpec/steps"]
+        [
+            "/metadata/annotations",
+            "/metadata/labels",
+            "/spec/taskSpec/steps"
+        ]
     );
     assert!(matches!(
-        &d.patch[1],
+        &d.patch[2],
         crate::patch::Operation::Replace { .. }
     ));
     assert_eq!(apply(&object, &d.patch), d.object);
@@ -61,7 +66,7 @@ fn many_changes_to_the_steps_are_one_replace() {
     );
     // The validating backstop describes what is missing place by place.
     let backstop = decide_backstop(request(&object), &set, &Catalog::default());
-    assert_eq!(backstop.patch.len(), 5, "{:?}", backstop.patch);
+    assert_eq!(backstop.patch.len(), 6, "{:?}", backstop.patch);
 }
 
 /// Another webhook that runs after bookend changes the TaskRun (a field on a user step, a step

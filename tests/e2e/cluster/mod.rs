@@ -28,6 +28,7 @@ mod pod_backstop;
 mod policies;
 mod status;
 mod tasks;
+mod verification;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -57,6 +58,7 @@ use status::{
     scenario_tekton_version,
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
+use verification::scenario_post_run_verification;
 
 const TEAM_A: &str = "team-a";
 const TEAM_B: &str = "team-b";
@@ -211,7 +213,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 23] = [
+    let scenarios: [(&str, Scenario); 24] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -276,6 +278,10 @@ fn real_apiserver_calls_bookend() {
         (
             "openreports: auto finds the Report CRD and writes there",
             scenario_openreports,
+        ),
+        (
+            "post-run verification: verdicts, Event, report, metrics; once across a restart and two replicas",
+            scenario_post_run_verification,
         ),
         ("certificate rotation under load", scenario_rotation),
         (

@@ -1,0 +1,778 @@
+//! Post-run verification: from a finished TaskRun, did the org steps bookend injected run as
+//! their policies say they must? Pure: the TaskRun (with Tekton's `status`) and the policy set
+//! in, one [`PolicyRun`] per policy out; the timestamps are the TaskRun's own, no clock.
+//!
+//! Which steps are the org's is decided as admission decides it, never by the author: the
+//! policies the record names are composed again around the TaskRun's other steps
+//! (`recognise`, then `compose`), and only when that gives back the TaskRun's steps in place
+//! are the composition's kinds (pre-step, post-step, helper) taken. When it does not (a policy
+//! changed or went away since admission) the record's step names are used, and the
+//! [`PolicyRun::drift`] says so. A reserved-prefix step of a current policy that the record
+//! leaves out is verified too: editing the record after admission hides no policy.
+//!
+//! What a step's state means follows Tekton v1.15 (`pkg/pod/status.go`, `pkg/entrypoint`,
+//! `pkg/reconciler/taskrun`): the entrypoint's `terminationReason` (`Skipped`, `Continued`,
+//! `TimeoutExceeded`, `Cancelled`), the container's `OOMKilled`, and on a TaskRun timeout or
+//! cancellation the controller's `TaskRunTimeout` / `TaskRunCancelled` on every step still
+//! running or waiting when it stopped the Pod.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use super::SubjectFacts;
+use super::inject::{self, ParamValues, StepKind};
+use super::lookup::Lookup;
+use super::recognise::recognise;
+use super::record::{self, Record};
+use crate::policy::{Mode, Policy, PolicySet, PostStepsRun};
+use crate::tekton::{self, ApiVersion, TaskRunView};
+
+/// How one step ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StepOutcome {
+    /// Ran and exited 0.
+    Completed,
+    /// Ran and exited non-zero (an OOM kill included); the chain stopped.
+    Failed,
+    /// Ran and exited non-zero with `onError: continue`; the chain went on.
+    Continued,
+    /// Not run: a `when` was false or an earlier step failed.
+    Skipped,
+    /// Stopped by a timeout: its own `timeout`, or the TaskRun's while it ran.
+    TimedOut,
+    /// Stopped by a cancellation of the TaskRun while it ran.
+    Cancelled,
+    /// The TaskRun ended before the step began.
+    NeverStarted,
+}
+
+impl StepOutcome {
+    pub const ALL: [Self; 7] = [
+        Self::Completed,
+        Self::Failed,
+        Self::Continued,
+        Self::Skipped,
+        Self::TimedOut,
+        Self::Cancelled,
+        Self::NeverStarted,
+    ];
+
+    /// The metric label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Failed => "failed",
+            Self::Continued => "continued",
+            Self::Skipped => "skipped",
+            Self::TimedOut => "timed_out",
+            Self::Cancelled => "cancelled",
+            Self::NeverStarted => "never_started",
+        }
+    }
+
+    /// Whether the step's own run went wrong (what stops, or would stop, the chain).
+    fn is_failure(self) -> bool {
+        matches!(
+            self,
+            Self::Failed | Self::Continued | Self::TimedOut | Self::Cancelled
+        )
+    }
+}
+
+/// Where an org step stands in the TaskRun.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Pre,
+    Post,
+}
+
+impl Place {
+    fn as_str(self) -> &'static str {
+        match self {
+            Self::Pre => "pre-step",
+            Self::Post => "post-step",
+        }
+    }
+}
+
+/// One org step of a finished TaskRun.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepRun {
+    pub name: String,
+    pub place: Place,
+    pub outcome: StepOutcome,
+    pub exit_code: Option<i64>,
+    /// `finishedAt − startedAt`, for a step that ran.
+    pub duration_seconds: Option<f64>,
+}
+
+/// Whether a policy's steps ran as its `postStepsRun` says they must.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RunVerdict {
+    Pass,
+    /// The reason names each step and its cause.
+    Fail(String),
+}
+
+impl RunVerdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Pass => "pass",
+            Self::Fail(_) => "fail",
+        }
+    }
+}
+
+/// What kind of failure a verdict is, worst first (a closed set, for metrics and alerts).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cause {
+    /// A step that must run did not, or did not finish (skipped, never started, stopped by a
+    /// timeout or a cancellation).
+    DidNotRun,
+    /// The policy applies but its steps were never injected (drift).
+    NotInjected,
+    /// A step ran and exited non-zero.
+    Failed,
+}
+
+impl Cause {
+    pub const ALL: [Self; 3] = [Self::DidNotRun, Self::NotInjected, Self::Failed];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::DidNotRun => "did_not_run",
+            Self::NotInjected => "not_injected",
+            Self::Failed => "failed",
+        }
+    }
+}
+
+/// Why what bookend verified differs from what the policies say now.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Drift {
+    /// The policy's spec changed since admission (the record's hash is not the current one).
+    Changed { recorded: String, current: String },
+    /// The record names a policy that is no longer loaded.
+    Gone,
+    /// The policy applies to the TaskRun now but was not injected: it was created after the
+    /// TaskRun (`created_after`) or its selection changed.
+    NotInjected { created_after: bool },
+}
+
+impl fmt::Display for Drift {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Changed { recorded, current } => write!(
+                f,
+                "the policy changed since the TaskRun was admitted (recorded hash {recorded}, now {current})"
+            ),
+            Self::Gone => f.write_str("the policy was deleted or is invalid since the TaskRun was admitted"),
+            Self::NotInjected { created_after: true } => f.write_str(
+                "the TaskRun was created before the policy existed; its steps were not injected",
+            ),
+            Self::NotInjected {
+                created_after: false,
+            } => f.write_str(
+                "the policy applies to the TaskRun now but did not when it was admitted; its steps were not injected",
+            ),
+        }
+    }
+}
+
+impl Drift {
+    /// The label value for metrics and report properties.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Changed { .. } => "changed",
+            Self::Gone => "gone",
+            Self::NotInjected {
+                created_after: true,
+            } => "created_before_policy",
+            Self::NotInjected {
+                created_after: false,
+            } => "not_injected",
+        }
+    }
+}
+
+/// One policy on one finished TaskRun.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PolicyRun {
+    /// `Kind/name` (or `StepPolicy/namespace/name`).
+    pub policy: String,
+    /// Enforce or Audit (Audit policies inject nothing; they appear here only as drift).
+    pub mode: Option<Mode>,
+    pub steps: Vec<StepRun>,
+    pub verdict: RunVerdict,
+    /// The worst cause of a `fail`.
+    pub cause: Option<Cause>,
+    pub drift: Option<Drift>,
+}
+
+/// Everything verification found on one finished TaskRun.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Verification {
+    /// Whether the TaskRun succeeded.
+    pub succeeded: bool,
+    /// The `Succeeded` condition's reason.
+    pub reason: String,
+    pub policies: Vec<PolicyRun>,
+    /// Whether the org steps were identified by composing again (false: by the record's names,
+    /// because a policy drifted).
+    pub by_composition: bool,
+}
+
+/// Whether the TaskRun is done: its `Succeeded` condition is `True` or `False`.
+pub fn is_finished(taskrun: &Value) -> bool {
+    succeeded_condition(taskrun)
+        .and_then(|c| c.get("status"))
+        .and_then(Value::as_str)
+        .is_some_and(|s| s == "True" || s == "False")
+}
+
+fn succeeded_condition(taskrun: &Value) -> Option<&Value> {
+    taskrun
+        .pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some("Succeeded"))
+}
+
+/// The state of one step as Tekton reports it, read from `status.steps[]`.
+#[derive(Clone, Debug, Default)]
+struct StepState<'a> {
+    terminated: Option<&'a Value>,
+    reason: &'a str,
+}
+
+impl<'a> StepState<'a> {
+    fn of(entry: &'a Value) -> Self {
+        let terminated = entry.get("terminated").filter(|t| t.is_object());
+        let text = |v: Option<&'a Value>, key: &str| {
+            v.and_then(|v| v.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        // The entrypoint's reason wins over the container's (Tekton's getTerminationReason).
+        let reason = match text(Some(entry), "terminationReason") {
+            "" => text(terminated, "reason"),
+            r => r,
+        };
+        Self { terminated, reason }
+    }
+
+    fn exit_code(&self) -> Option<i64> {
+        self.terminated?.get("exitCode")?.as_i64()
+    }
+
+    fn oom_killed(&self) -> bool {
+        self.reason == "OOMKilled"
+            || self
+                .terminated
+                .and_then(|t| t.get("reason"))
+                .and_then(Value::as_str)
+                == Some("OOMKilled")
+    }
+
+    fn duration(&self) -> Option<f64> {
+        let time = |key: &str| {
+            self.terminated?
+                .get(key)?
+                .as_str()?
+                .parse::<Timestamp>()
+                .ok()
+        };
+        let (start, end) = (time("startedAt")?, time("finishedAt")?);
+        let d = end.duration_since(start).as_secs_f64();
+        (d >= 0.0).then_some(d)
+    }
+}
+
+/// The outcome of every step, in order, and for those that ran their exit code and duration.
+/// `stopped_by` is the controller's reason when it stopped the Pod (`TaskRunTimeout`,
+/// `TaskRunCancelled`): the first step it terminated was running, the rest never began.
+fn outcomes(states: &[Option<StepState<'_>>]) -> Vec<StepOutcome> {
+    let mut stopped = false;
+    states
+        .iter()
+        .map(|state| {
+            let Some(state) = state else {
+                return StepOutcome::NeverStarted;
+            };
+            if state.terminated.is_none() {
+                return StepOutcome::NeverStarted;
+            }
+            let outcome = match state.reason {
+                "Skipped" => StepOutcome::Skipped,
+                "Continued" => StepOutcome::Continued,
+                "TimeoutExceeded" => StepOutcome::TimedOut,
+                "Cancelled" => StepOutcome::Cancelled,
+                "TaskRunTimeout" | "TaskRunCancelled" if stopped => StepOutcome::NeverStarted,
+                "TaskRunTimeout" => StepOutcome::TimedOut,
+                "TaskRunCancelled" => StepOutcome::Cancelled,
+                _ if state.exit_code() == Some(0) && !state.oom_killed() => StepOutcome::Completed,
+                _ => StepOutcome::Failed,
+            };
+            if matches!(state.reason, "TaskRunTimeout" | "TaskRunCancelled") {
+                stopped = true;
+            }
+            outcome
+        })
+        .collect()
+}
+
+/// What one step of the TaskRun is, for verification.
+#[derive(Clone, Debug)]
+enum Owner {
+    User,
+    Helper,
+    /// The index into the verified policies, and pre or post.
+    Org(usize, Place),
+}
+
+/// A policy verification covers: the policy now (if loaded) and what the record says.
+struct Covered<'s> {
+    id: String,
+    policy: Option<&'s Policy>,
+    /// The record's steps (the policy's own when the record does not name it).
+    steps: Vec<String>,
+    drift: Option<Drift>,
+}
+
+/// Verifies a finished TaskRun; `None` when it has not finished or is not a TaskRun.
+pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<Verification> {
+    let view = TaskRunView::new(taskrun)?;
+    let condition = succeeded_condition(taskrun)?;
+    let status = condition.get("status").and_then(Value::as_str)?;
+    if status != "True" && status != "False" {
+        return None;
+    }
+    let reason = condition
+        .get("reason")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_owned();
+    let message = condition
+        .get("message")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let settings = set.settings();
+    let prefix = settings.prefix.as_str();
+
+    // The steps as the TaskRun carries them: inline, or as the controller resolved them.
+    let task_spec = view
+        .task_spec()
+        .filter(|t| t.get("steps").is_some())
+        .or_else(|| taskrun.pointer("/status/taskSpec"));
+    let empty = Value::Null;
+    let task_spec = task_spec.unwrap_or(&empty);
+    let steps: &[Value] = task_spec
+        .get("steps")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice);
+    let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
+
+    // The policies to verify: the record's, then any current policy one of whose steps the
+    // TaskRun carries (admission admits a reserved-prefix step only as bookend's).
+    let by_id = |id: &str| set.policies().iter().find(|p| p.id.to_string() == id);
+    let mut covered: Vec<Covered<'_>> = Vec::new();
+    for entry in hint.iter().flat_map(|r| &r.policies) {
+        let policy = by_id(&entry.policy);
+        let drift = match policy {
+            None => Some(Drift::Gone),
+            Some(p) if p.hash != entry.hash => Some(Drift::Changed {
+                recorded: entry.hash.clone(),
+                current: p.hash.clone(),
+            }),
+            Some(_) => None,
+        };
+        covered.push(Covered {
+            id: entry.policy.clone(),
+            policy,
+            steps: entry.steps.clone(),
+            drift,
+        });
+    }
+    for step in steps {
+        let Some(name) = tekton::step_name(step).filter(|n| n.starts_with(prefix)) else {
+            continue;
+        };
+        if settings.is_helper_name(name)
+            || covered.iter().any(|c| c.steps.iter().any(|s| s == name))
+        {
+            continue;
+        }
+        if let Some(p) = set
+            .policies()
+            .iter()
+            .find(|p| p.step_names().any(|s| s == name))
+        {
+            covered.push(Covered {
+                id: p.id.to_string(),
+                policy: Some(p),
+                steps: p.step_names().map(str::to_owned).collect(),
+                drift: None,
+            });
+        }
+    }
+    // Evaluation order, as admission composed them.
+    covered.sort_by_key(|c| {
+        c.policy
+            .and_then(|p| set.policies().iter().position(|q| q.id == p.id))
+            .unwrap_or(usize::MAX)
+    });
+
+    // Who owns each step: by composing again when every policy is as it was at admission.
+    let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
+    let composed = (covered.iter().all(|c| c.drift.is_none()) && !current.is_empty())
+        .then(|| compose_owners(steps, task_spec, &view, &current, set))
+        .flatten();
+    let by_composition = composed.is_some();
+    let owners = composed.unwrap_or_else(|| name_owners(steps, &covered, settings));
+
+    // Each step's state, by name (Tekton reports `status.steps[].name` as the step's name).
+    let reported: BTreeMap<&str, &Value> = taskrun
+        .pointer("/status/steps")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|s| Some((s.get("name")?.as_str()?, s)))
+        .collect();
+    let states: Vec<Option<StepState<'_>>> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let name = tekton::step_name(s)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("unnamed-{i}"));
+            reported.get(name.as_str()).map(|v| StepState::of(v))
+        })
+        .collect();
+    let outcomes = outcomes(&states);
+    let names: Vec<String> = steps
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            tekton::step_name(s)
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("#{i}"))
+        })
+        .collect();
+    let stop = Stop {
+        reason: &reason,
+        message,
+        names: &names,
+        owners: &owners,
+        outcomes: &outcomes,
+        states: &states,
+    };
+
+    let mut policies: Vec<PolicyRun> = covered
+        .iter()
+        .enumerate()
+        .map(|(c, cover)| {
+            let always = cover
+                .policy
+                .is_some_and(|p| p.spec.post_steps_run == PostStepsRun::Always);
+            let mut runs = Vec::new();
+            let mut problems = Vec::new();
+            for (i, owner) in owners.iter().enumerate() {
+                let Owner::Org(o, place) = owner else {
+                    continue;
+                };
+                if *o != c {
+                    continue;
+                }
+                let outcome = outcomes[i];
+                let state = states[i].as_ref();
+                let ran = !matches!(outcome, StepOutcome::Skipped | StepOutcome::NeverStarted);
+                runs.push(StepRun {
+                    name: names[i].clone(),
+                    place: *place,
+                    outcome,
+                    exit_code: state.filter(|_| ran).and_then(StepState::exit_code),
+                    duration_seconds: state.filter(|_| ran).and_then(StepState::duration),
+                });
+                if let Some(problem) = stop.problem(i, *place, always) {
+                    problems.push(problem);
+                }
+            }
+            // A recorded step the TaskRun does not carry was removed after admission.
+            for missing in cover.steps.iter().filter(|s| !names.contains(s)) {
+                problems.push((
+                    Cause::DidNotRun,
+                    format!("org step {missing} did not run: the TaskRun does not carry it"),
+                ));
+            }
+            PolicyRun {
+                policy: cover.id.clone(),
+                mode: cover.policy.map(|p| p.spec.mode),
+                steps: runs,
+                verdict: if problems.is_empty() {
+                    RunVerdict::Pass
+                } else {
+                    RunVerdict::Fail(
+                        problems
+                            .iter()
+                            .map(|(_, p)| p.as_str())
+                            .collect::<Vec<_>>()
+                            .join("; "),
+                    )
+                },
+                cause: problems.iter().map(|(c, _)| *c).min(),
+                drift: cover.drift.clone(),
+            }
+        })
+        .collect();
+
+    // Policies that apply now but that the TaskRun was not given.
+    let namespace = view.namespace().unwrap_or_default();
+    let facts = SubjectFacts::of(&view, namespace, lookup);
+    let subject = facts.subject(namespace);
+    let created = taskrun
+        .pointer("/metadata/creationTimestamp")
+        .and_then(Value::as_str);
+    for policy in set.candidates(&subject) {
+        if policy.spec.mode != Mode::Enforce
+            || !policy.matches(&subject)
+            || covered.iter().any(|c| c.id == policy.id.to_string())
+        {
+            continue;
+        }
+        let created_after =
+            matches!((policy.created.as_deref(), created), (Some(p), Some(c)) if p > c);
+        let drift = Drift::NotInjected { created_after };
+        policies.push(PolicyRun {
+            policy: policy.id.to_string(),
+            mode: Some(policy.spec.mode),
+            steps: Vec::new(),
+            verdict: RunVerdict::Fail(format!(
+                "org steps {} did not run: {drift}",
+                policy.step_names().collect::<Vec<_>>().join(", ")
+            )),
+            cause: Some(Cause::NotInjected),
+            drift: Some(drift),
+        });
+    }
+
+    Some(Verification {
+        succeeded: status == "True",
+        reason,
+        policies,
+        by_composition,
+    })
+}
+
+/// Owners by composing again, as admission does; `None` when the composition does not give
+/// back the TaskRun's steps in place.
+fn compose_owners(
+    steps: &[Value],
+    task_spec: &Value,
+    view: &TaskRunView<'_>,
+    applied: &[&Policy],
+    set: &PolicySet,
+) -> Option<Vec<Owner>> {
+    let params_of = |holder: Option<&Value>| -> Vec<Value> {
+        holder
+            .and_then(|h| h.get("params"))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default()
+    };
+    let (run_params, spec_params) = (params_of(view.spec()), params_of(Some(task_spec)));
+    let params = ParamValues {
+        run_params: &run_params,
+        spec_params: &spec_params,
+    };
+    let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let version = ApiVersion::V1;
+    let settings = set.settings();
+    let recognised = recognise(steps, applied, settings, version, &params, hint.as_ref()).ok()?;
+    if !recognised.in_place {
+        return None;
+    }
+    let composed = inject::compose(recognised.user, applied, settings, version, &params);
+    if composed.kinds.len() != steps.len() {
+        return None;
+    }
+    Some(
+        composed
+            .kinds
+            .iter()
+            .map(|k| match k {
+                StepKind::User(_) => Owner::User,
+                StepKind::Gate | StepKind::Verdict => Owner::Helper,
+                StepKind::Pre(p) => Owner::Org(*p, Place::Pre),
+                StepKind::Post(p) => Owner::Org(*p, Place::Post),
+            })
+            .collect(),
+    )
+}
+
+/// Owners by the record's step names (a policy drifted, so composing again cannot tell): a
+/// recorded step before the first of the author's steps is a pre-step.
+fn name_owners(
+    steps: &[Value],
+    covered: &[Covered<'_>],
+    settings: &crate::policy::Settings,
+) -> Vec<Owner> {
+    let prefix = settings.prefix.as_str();
+    let mut seen_user = false;
+    steps
+        .iter()
+        .map(|s| {
+            let name = tekton::step_name(s).unwrap_or_default();
+            if name.starts_with(prefix) && settings.is_helper_name(name) {
+                return Owner::Helper;
+            }
+            let org = name.starts_with(prefix).then(|| {
+                covered
+                    .iter()
+                    .position(|c| c.steps.iter().any(|n| n == name))
+            });
+            match org.flatten() {
+                Some(c) => Owner::Org(c, if seen_user { Place::Post } else { Place::Pre }),
+                None => {
+                    seen_user = true;
+                    Owner::User
+                }
+            }
+        })
+        .collect()
+}
+
+/// What stopped the chain, to explain an org step that did not run.
+struct Stop<'a> {
+    reason: &'a str,
+    message: &'a str,
+    names: &'a [String],
+    owners: &'a [Owner],
+    outcomes: &'a [StepOutcome],
+    states: &'a [Option<StepState<'a>>],
+}
+
+impl Stop<'_> {
+    /// The problem with org step `i`, if it did not run as it must.
+    fn problem(&self, i: usize, place: Place, always: bool) -> Option<(Cause, String)> {
+        let step = format!("org {} {}", place.as_str(), self.names[i]);
+        let outcome = self.outcomes[i];
+        let did_not = |text: String| Some((Cause::DidNotRun, text));
+        match outcome {
+            StepOutcome::Completed => None,
+            StepOutcome::Failed | StepOutcome::Continued => Some((
+                Cause::Failed,
+                format!("{step} failed: {}", self.how_it_failed(i)),
+            )),
+            StepOutcome::TimedOut | StepOutcome::Cancelled
+                if matches!(self.reason, "TaskRunTimeout" | "TaskRunCancelled")
+                    && self.is_stopped_by_controller(i) =>
+            {
+                did_not(format!("{step} did not finish: {}", self.taskrun_stop()))
+            }
+            StepOutcome::TimedOut => did_not(format!("{step} did not finish: it timed out")),
+            StepOutcome::Cancelled => {
+                did_not(format!("{step} did not finish: the TaskRun was cancelled"))
+            }
+            StepOutcome::Skipped | StepOutcome::NeverStarted => {
+                // An OnSuccess post-step is not run after a step before it went wrong: that is
+                // what its policy says.
+                let earlier_failure = (0..i).any(|j| {
+                    !matches!(self.owners[j], Owner::Helper) && self.outcomes[j].is_failure()
+                });
+                if place == Place::Post && !always && earlier_failure {
+                    return None;
+                }
+                did_not(format!("{step} did not run: {}", self.cause_before(i)))
+            }
+        }
+    }
+
+    fn is_stopped_by_controller(&self, i: usize) -> bool {
+        self.states[i]
+            .as_ref()
+            .is_some_and(|s| matches!(s.reason, "TaskRunTimeout" | "TaskRunCancelled"))
+    }
+
+    fn how_it_failed(&self, i: usize) -> String {
+        let state = self.states[i].as_ref();
+        let code = state
+            .and_then(StepState::exit_code)
+            .map_or_else(|| "no exit code".to_owned(), |c| format!("exit code {c}"));
+        if state.is_some_and(StepState::oom_killed) {
+            format!("it was OOMKilled ({code})")
+        } else {
+            code
+        }
+    }
+
+    /// The TaskRun's timeout or cancellation, and the step it stopped.
+    fn taskrun_stop(&self) -> String {
+        let what = if self.reason == "TaskRunTimeout" {
+            "the TaskRun timed out"
+        } else {
+            "the TaskRun was cancelled"
+        };
+        // The step it stopped: the one running then (the first the controller terminated
+        // that had begun), else the last that finished.
+        let running = (0..self.names.len()).find(|&j| {
+            self.is_stopped_by_controller(j)
+                && matches!(
+                    self.outcomes[j],
+                    StepOutcome::TimedOut | StepOutcome::Cancelled
+                )
+        });
+        if let Some(j) = running {
+            return format!("{what} during step {}", self.names[j]);
+        }
+        let last = (0..self.names.len()).rev().find(|&j| {
+            !matches!(
+                self.outcomes[j],
+                StepOutcome::Skipped | StepOutcome::NeverStarted
+            )
+        });
+        match last {
+            Some(j) => format!("{what} after step {}", self.names[j]),
+            None => format!("{what} before any step began"),
+        }
+    }
+
+    /// Why step `i` did not run: the TaskRun's stop, else the first step before it that went
+    /// wrong without `continue`, else the TaskRun's reason.
+    fn cause_before(&self, i: usize) -> String {
+        if matches!(self.reason, "TaskRunTimeout" | "TaskRunCancelled") {
+            return self.taskrun_stop();
+        }
+        let culprit = (0..i).find(|&j| {
+            !matches!(self.owners[j], Owner::Helper)
+                && matches!(
+                    self.outcomes[j],
+                    StepOutcome::Failed | StepOutcome::TimedOut | StepOutcome::Cancelled
+                )
+        });
+        if let Some(j) = culprit {
+            let name = &self.names[j];
+            return match self.outcomes[j] {
+                StepOutcome::TimedOut => format!("step {name} timed out"),
+                StepOutcome::Cancelled => format!("step {name} was cancelled"),
+                _ => format!("step {name} failed ({})", self.how_it_failed(j)),
+            };
+        }
+        let reason = if self.reason.is_empty() {
+            "no reason"
+        } else {
+            self.reason
+        };
+        if self.message.is_empty() {
+            format!("the TaskRun ended with {reason}")
+        } else {
+            format!("the TaskRun ended with {reason}: {}", self.message)
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "verify_tests.rs"]
+mod tests;

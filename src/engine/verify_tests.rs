@@ -1,0 +1,511 @@
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::tests::{policies, run, taskrun};
+use crate::engine::{Catalog, Outcome};
+
+/// An Always policy (pre-step and post-step) and an OnSuccess one (post-step only).
+const POLICIES: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: sbom, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  priority: 1
+  postStepsRun: Always
+  preSteps: [{name: bookend-setup, image: alpine}]
+  postSteps: [{name: bookend-sbom-upload, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: notify, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  priority: 2
+  postSteps: [{name: bookend-notify, image: alpine}]
+"#;
+
+/// The TaskRun admission gives for one user step `build`, named and stamped as the API server
+/// stores it.
+fn admitted(set: &PolicySet) -> Value {
+    let d = run(set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+    object
+}
+
+fn names(object: &Value) -> Vec<String> {
+    object["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A step state: `ran` seconds from 10:00:00, with this exit code and reasons.
+fn state(name: &str, exit: i64, container_reason: &str, termination: &str, ran: u32) -> Value {
+    json!({
+        "name": name,
+        "container": format!("step-{name}"),
+        "terminated": {
+            "exitCode": exit,
+            "reason": container_reason,
+            "startedAt": "2026-02-01T10:00:00Z",
+            "finishedAt": format!("2026-02-01T10:00:{ran:02}Z"),
+        },
+        "terminationReason": termination,
+    })
+}
+
+fn completed(name: &str) -> Value {
+    state(name, 0, "Completed", "Completed", 2)
+}
+
+fn skipped(name: &str) -> Value {
+    state(name, 0, "Completed", "Skipped", 0)
+}
+
+/// The TaskRun finished with `steps` and the `Succeeded` condition.
+fn finish(mut object: Value, succeeded: bool, reason: &str, steps: Vec<Value>) -> Value {
+    object["status"] = json!({
+        "conditions": [{
+            "type": "Succeeded",
+            "status": if succeeded { "True" } else { "False" },
+            "reason": reason,
+            "message": "ended",
+        }],
+        "steps": steps,
+    });
+    object
+}
+
+fn verified(set: &PolicySet, object: &Value) -> Verification {
+    verify(object, set, &Catalog::default()).expect("a finished TaskRun is verified")
+}
+
+fn policy<'v>(v: &'v Verification, id: &str) -> &'v PolicyRun {
+    v.policies
+        .iter()
+        .find(|p| p.policy == id)
+        .unwrap_or_else(|| panic!("no {id} in {v:#?}"))
+}
+
+fn outcome_of(run: &PolicyRun, step: &str) -> StepOutcome {
+    run.steps.iter().find(|s| s.name == step).unwrap().outcome
+}
+
+fn fail_reason(run: &PolicyRun) -> &str {
+    match &run.verdict {
+        RunVerdict::Fail(r) => r,
+        RunVerdict::Pass => panic!("{} passed: {run:#?}", run.policy),
+    }
+}
+
+#[test]
+fn the_composition_is_what_verification_starts_from() {
+    let set = policies(POLICIES);
+    assert_eq!(
+        names(&admitted(&set)),
+        [
+            "bookend-setup",
+            "bookend-gate-1",
+            "build",
+            "bookend-gate-2",
+            "bookend-notify",
+            "bookend-sbom-upload",
+            "bookend-verdict"
+        ]
+    );
+}
+
+#[test]
+fn every_org_step_completed_passes_with_durations() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = names(&object).iter().map(|n| completed(n)).collect();
+    let v = verified(&set, &finish(object, true, "Succeeded", steps));
+    assert!(v.succeeded && v.by_composition);
+    assert_eq!(v.policies.len(), 2);
+    for p in &v.policies {
+        assert_eq!(p.verdict, RunVerdict::Pass, "{p:#?}");
+        assert_eq!(p.drift, None);
+    }
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        sbom.steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.place, s.outcome, s.duration_seconds))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "bookend-setup",
+                Place::Pre,
+                StepOutcome::Completed,
+                Some(2.0)
+            ),
+            (
+                "bookend-sbom-upload",
+                Place::Post,
+                StepOutcome::Completed,
+                Some(2.0)
+            ),
+        ]
+    );
+}
+
+#[test]
+fn a_failing_user_step_with_always_post_steps_passes_and_the_taskrun_failed() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 3, "Completed", "Continued", 1),
+        completed("bookend-gate-2"),
+        skipped("bookend-notify"),
+        completed("bookend-sbom-upload"),
+        state("bookend-verdict", 1, "Error", "", 0),
+    ];
+    let v = verified(&set, &finish(object, false, "StepFailed", steps));
+    assert!(!v.succeeded);
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(sbom.verdict, RunVerdict::Pass);
+    // The OnSuccess post-step is skipped after a failure, as its policy says.
+    let notify = policy(&v, "ClusterStepPolicy/notify");
+    assert_eq!(notify.verdict, RunVerdict::Pass);
+    assert_eq!(outcome_of(notify, "bookend-notify"), StepOutcome::Skipped);
+    assert_eq!(notify.steps[0].duration_seconds, None);
+}
+
+#[test]
+fn a_user_step_timeout_skips_the_always_post_step_and_fails() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 1, "Error", "TimeoutExceeded", 5),
+        skipped("bookend-gate-2"),
+        skipped("bookend-notify"),
+        skipped("bookend-sbom-upload"),
+        skipped("bookend-verdict"),
+    ];
+    let v = verified(&set, &finish(object, false, "StepFailed", steps));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "org post-step bookend-sbom-upload did not run: step build timed out"
+    );
+    assert_eq!(
+        outcome_of(sbom, "bookend-sbom-upload"),
+        StepOutcome::Skipped
+    );
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/notify").verdict,
+        RunVerdict::Pass
+    );
+}
+
+/// As Tekton's controller leaves the steps when it stops the Pod (terminateStepsInPod).
+fn stopped(name: &str, reason: &str) -> Value {
+    json!({
+        "name": name,
+        "container": format!("step-{name}"),
+        "terminated": {
+            "exitCode": 1,
+            "reason": reason,
+            "startedAt": "2026-02-01T10:00:00Z",
+            "finishedAt": "2026-02-01T10:01:00Z",
+        },
+        "terminationReason": reason,
+    })
+}
+
+#[test]
+fn a_taskrun_timeout_names_the_step_it_stopped() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        stopped("build", "TaskRunTimeout"),
+        stopped("bookend-gate-2", "TaskRunTimeout"),
+        stopped("bookend-notify", "TaskRunTimeout"),
+        stopped("bookend-sbom-upload", "TaskRunTimeout"),
+        stopped("bookend-verdict", "TaskRunTimeout"),
+    ];
+    let v = verified(&set, &finish(object, false, "TaskRunTimeout", steps));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "org post-step bookend-sbom-upload did not run: the TaskRun timed out during step build"
+    );
+    assert_eq!(
+        outcome_of(sbom, "bookend-sbom-upload"),
+        StepOutcome::NeverStarted
+    );
+    assert_eq!(outcome_of(sbom, "bookend-setup"), StepOutcome::Completed);
+    // OnSuccess: nothing before it succeeded to the end, so not running is what it says.
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/notify").verdict,
+        RunVerdict::Pass
+    );
+}
+
+#[test]
+fn a_taskrun_timeout_in_an_org_step_says_it_did_not_finish() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let mut steps: Vec<Value> = names(&object)
+        .iter()
+        .map(|n| stopped(n, "TaskRunTimeout"))
+        .collect();
+    steps[0] = stopped("bookend-setup", "TaskRunTimeout");
+    let v = verified(&set, &finish(object, false, "TaskRunTimeout", steps));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(outcome_of(sbom, "bookend-setup"), StepOutcome::TimedOut);
+    assert_eq!(
+        fail_reason(sbom),
+        "org pre-step bookend-setup did not finish: the TaskRun timed out during step bookend-setup; \
+         org post-step bookend-sbom-upload did not run: the TaskRun timed out during step bookend-setup"
+    );
+}
+
+#[test]
+fn a_cancellation_fails_with_its_reason() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        completed("build"),
+        completed("bookend-gate-2"),
+        stopped("bookend-notify", "TaskRunCancelled"),
+        stopped("bookend-sbom-upload", "TaskRunCancelled"),
+        stopped("bookend-verdict", "TaskRunCancelled"),
+    ];
+    let v = verified(&set, &finish(object, false, "TaskRunCancelled", steps));
+    let notify = policy(&v, "ClusterStepPolicy/notify");
+    assert_eq!(outcome_of(notify, "bookend-notify"), StepOutcome::Cancelled);
+    assert_eq!(
+        fail_reason(notify),
+        "org post-step bookend-notify did not finish: the TaskRun was cancelled during step bookend-notify"
+    );
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "org post-step bookend-sbom-upload did not run: the TaskRun was cancelled during step bookend-notify"
+    );
+}
+
+#[test]
+fn an_oom_kill_fails_the_always_post_step_naming_the_step() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    // The killed step writes no post file: the later steps were still waiting when the
+    // TaskRun failed (StepOOM).
+    let waiting =
+        |name: &str| json!({"name": name, "container": format!("step-{name}"), "running": {}});
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 137, "OOMKilled", "OOMKilled", 4),
+        waiting("bookend-gate-2"),
+        waiting("bookend-notify"),
+        waiting("bookend-sbom-upload"),
+        waiting("bookend-verdict"),
+    ];
+    let v = verified(&set, &finish(object, false, "StepOOM", steps));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "org post-step bookend-sbom-upload did not run: step build failed (it was OOMKilled (exit code 137))"
+    );
+    assert_eq!(
+        outcome_of(sbom, "bookend-sbom-upload"),
+        StepOutcome::NeverStarted
+    );
+}
+
+#[test]
+fn a_failing_org_step_fails_its_policy_with_the_exit_code() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = vec![
+        state("bookend-setup", 7, "Completed", "Continued", 1),
+        completed("bookend-gate-1"),
+        skipped("build"),
+        completed("bookend-gate-2"),
+        skipped("bookend-notify"),
+        state("bookend-sbom-upload", 2, "Error", "", 1),
+        state("bookend-verdict", 1, "Error", "", 0),
+    ];
+    let v = verified(&set, &finish(object, false, "StepFailed", steps));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(outcome_of(sbom, "bookend-setup"), StepOutcome::Continued);
+    assert_eq!(sbom.steps[0].exit_code, Some(7));
+    assert_eq!(
+        fail_reason(sbom),
+        "org pre-step bookend-setup failed: exit code 7; org post-step bookend-sbom-upload failed: exit code 2"
+    );
+}
+
+#[test]
+fn a_taskrun_whose_pod_never_ran_fails_with_the_taskruns_reason() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let mut v = finish(object, false, "PodCreationFailed", Vec::new());
+    v["status"]["conditions"][0]["message"] = json!("serviceaccounts \"x\" not found");
+    let v = verified(&set, &v);
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert!(
+        fail_reason(sbom).starts_with(
+            "org pre-step bookend-setup did not run: the TaskRun ended with PodCreationFailed: serviceaccounts"
+        ),
+        "{sbom:#?}"
+    );
+    assert!(
+        sbom.steps
+            .iter()
+            .all(|s| s.outcome == StepOutcome::NeverStarted)
+    );
+}
+
+#[test]
+fn an_unfinished_taskrun_is_not_verified() {
+    let set = policies(POLICIES);
+    let mut object = admitted(&set);
+    assert!(verify(&object, &set, &Catalog::default()).is_none());
+    object["status"] = json!({"conditions": [{"type": "Succeeded", "status": "Unknown"}]});
+    assert!(!is_finished(&object));
+    assert!(verify(&object, &set, &Catalog::default()).is_none());
+}
+
+#[test]
+fn a_policy_changed_since_admission_is_drift_and_still_verified_by_the_record() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = names(&object).iter().map(|n| completed(n)).collect();
+    let object = finish(object, true, "Succeeded", steps);
+    let changed = policies(&POLICIES.replace("image: alpine}]\n---", "image: alpine:3}]\n---"));
+    let v = verified(&changed, &object);
+    assert!(!v.by_composition);
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert!(
+        matches!(&sbom.drift, Some(Drift::Changed { recorded, current }) if recorded != current),
+        "{sbom:#?}"
+    );
+    assert_eq!(sbom.verdict, RunVerdict::Pass);
+    assert_eq!(
+        sbom.steps.iter().map(|s| s.place).collect::<Vec<_>>(),
+        [Place::Pre, Place::Post]
+    );
+    // A deleted policy is drift too; its recorded steps are still verified.
+    let only_notify = policies(POLICIES.split("---").nth(1).unwrap());
+    let v = verified(&only_notify, &object);
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(sbom.drift, Some(Drift::Gone));
+    assert_eq!(sbom.steps.len(), 2);
+}
+
+#[test]
+fn editing_the_record_after_admission_hides_no_policy() {
+    let set = policies(POLICIES);
+    let mut object = admitted(&set);
+    let steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 1, "Error", "TimeoutExceeded", 5),
+        skipped("bookend-gate-2"),
+        skipped("bookend-notify"),
+        skipped("bookend-sbom-upload"),
+        skipped("bookend-verdict"),
+    ];
+    object["metadata"]["annotations"][record::ANNOTATION] = json!(
+        r#"{"policies":[{"policy":"ClusterStepPolicy/notify","hash":"x","steps":["bookend-notify"]}]}"#
+    );
+    let v = verified(
+        &set,
+        &finish(object.clone(), false, "StepFailed", steps.clone()),
+    );
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert!(fail_reason(sbom).contains("bookend-sbom-upload did not run"));
+    // No record at all: the same.
+    object["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove(record::ANNOTATION);
+    let v = verified(&set, &finish(object, false, "StepFailed", steps));
+    assert!(v.by_composition, "{v:#?}");
+    assert!(fail_reason(policy(&v, "ClusterStepPolicy/sbom")).contains("did not run"));
+}
+
+#[test]
+fn a_policy_created_after_the_taskrun_is_reported_not_ignored() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = names(&object).iter().map(|n| completed(n)).collect();
+    let object = finish(object, true, "Succeeded", steps);
+    let later = format!(
+        "{POLICIES}---\n{}",
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: later, creationTimestamp: "2026-03-01T00:00:00Z"}
+spec:
+  postSteps: [{name: bookend-later, image: alpine}]
+"#
+    );
+    let v = verified(&policies(&later), &object);
+    let run = policy(&v, "ClusterStepPolicy/later");
+    assert_eq!(
+        run.drift,
+        Some(Drift::NotInjected {
+            created_after: true
+        })
+    );
+    assert_eq!(
+        fail_reason(run),
+        "org steps bookend-later did not run: the TaskRun was created before the policy existed; its steps were not injected"
+    );
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/sbom").verdict,
+        RunVerdict::Pass
+    );
+}
+
+#[test]
+fn outcome_labels_are_distinct() {
+    let labels: std::collections::BTreeSet<_> =
+        StepOutcome::ALL.iter().map(|o| o.as_str()).collect();
+    assert_eq!(labels.len(), StepOutcome::ALL.len());
+}
+
+#[test]
+fn admission_labels_what_verification_watches_and_only_that() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    assert_eq!(
+        object["metadata"]["labels"][record::LABEL],
+        json!(record::LABEL_VALUE)
+    );
+    // The author's own value is overwritten: nobody opts out of verification by labelling.
+    let mut opted_out = taskrun(json!([{"name": "build", "image": "go"}]));
+    opted_out["metadata"]["labels"] = json!({record::LABEL: "false"});
+    assert_eq!(
+        run(&set, &opted_out).object["metadata"]["labels"][record::LABEL],
+        json!("true")
+    );
+    // A TaskRun no policy applies to keeps no record and no label, even one its author wrote.
+    let none = policies(
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: elsewhere}\nspec:\n  match: {namespaces: [other]}\n  preSteps: [{name: bookend-x, image: alpine}]\n",
+    );
+    let mut forged = taskrun(json!([{"name": "build", "image": "go"}]));
+    forged["metadata"]["labels"] = json!({record::LABEL: "true", "team": "a"});
+    forged["metadata"]["annotations"] = json!({record::ANNOTATION: "{\"policies\":[]}"});
+    let d = run(&none, &forged);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert_eq!(d.object["metadata"]["labels"], json!({"team": "a"}));
+    assert_eq!(d.object["metadata"]["annotations"], json!({}));
+}

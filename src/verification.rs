@@ -1,0 +1,392 @@
+//! Post-run verification in the cluster (kubernetes mode): did the org steps run?
+//!
+//! One watch, filtered by the API server to the TaskRuns bookend injected into (label
+//! `bookend.dev/verify=true`, set with the record at admission). Nothing is cached: each watch
+//! event is looked at and dropped; only the uids of the TaskRuns still running are kept, for
+//! the `bookend_taskruns_watched` gauge. When a TaskRun has finished and carries no
+//! `bookend.dev/verified` annotation yet, [`engine::verify`](crate::engine::verify) decides
+//! per policy, and then, in this order:
+//!
+//! 1. **the mark**: a merge patch that sets `bookend.dev/verified` with the `resourceVersion`
+//!    the verdict was computed from as its precondition. Of several replicas (each runs the
+//!    same watch; there is no leader) exactly one wins; the others get a 409 and drop it, and a
+//!    replica that restarts finds the mark on its initial list. Without the mark (conflict with
+//!    Tekton's own update, an API error) nothing is written, and the next watch event of the
+//!    TaskRun (or the next initial list) tries again.
+//! 2. only then the outputs: an Event on the TaskRun (`Normal OrgStepsRan` or `Warning
+//!    OrgStepsDidNotRun` with the reason), one PolicyReport result per policy (Enforce
+//!    policies included), the metrics. So each finished TaskRun is counted once across
+//!    restarts and replicas; a crash between the mark and the outputs loses that TaskRun's
+//!    outputs (at most once, never twice).
+//!
+//! A TaskRun that finished while bookend was down is on the initial list of the next start,
+//! unmarked, and verified then: no completion is lost.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Value, json};
+
+use crate::engine::record;
+use crate::engine::verify::{self, RunVerdict, Verification};
+use crate::metrics::Metrics;
+use crate::reports::{self, Reports, Subject};
+use crate::source::PolicySource;
+use crate::source::kubernetes::taskrun_resource;
+
+/// The annotation that marks a TaskRun verified: each policy's verdict.
+pub const VERIFIED_ANNOTATION: &str = "bookend.dev/verified";
+/// The API server's limit on an Event's note, in bytes.
+const NOTE_LIMIT: usize = 1024;
+/// TaskRuns per page of the initial list (what memory holds at once while it streams).
+const PAGE_SIZE: u32 = 100;
+
+/// What the watch does with one TaskRun it sees.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Seen {
+    /// Not finished: watched until it is.
+    Running,
+    /// Verified already (this replica, another, or before a restart).
+    Marked,
+    /// Finished and not verified yet.
+    Finished,
+}
+
+/// Where a TaskRun stands, from the object alone.
+pub fn seen(taskrun: &Value) -> Seen {
+    let marked = taskrun
+        .pointer("/metadata/annotations")
+        .and_then(|a| a.get(VERIFIED_ANNOTATION))
+        .is_some();
+    if marked {
+        Seen::Marked
+    } else if verify::is_finished(taskrun) {
+        Seen::Finished
+    } else {
+        Seen::Running
+    }
+}
+
+/// The value of the mark: each policy's verdict, as JSON.
+pub fn mark(verification: &Verification) -> String {
+    let verdicts: serde_json::Map<String, Value> = verification
+        .policies
+        .iter()
+        .map(|p| (p.policy.clone(), json!(p.verdict.as_str())))
+        .collect();
+    Value::Object(verdicts).to_string()
+}
+
+/// The merge patch that marks the TaskRun verified, valid only against `resource_version`.
+pub fn mark_patch(verification: &Verification, resource_version: &str) -> Value {
+    json!({"metadata": {
+        "resourceVersion": resource_version,
+        "annotations": {VERIFIED_ANNOTATION: mark(verification)},
+    }})
+}
+
+/// The Event on the TaskRun: `Normal OrgStepsRan` when every policy passed, else `Warning
+/// OrgStepsDidNotRun` with the reasons. `None` when no policy was verified.
+pub fn event(verification: &Verification) -> Option<Event> {
+    if verification.policies.is_empty() {
+        return None;
+    }
+    let failed: Vec<String> = verification
+        .policies
+        .iter()
+        .filter_map(|p| match &p.verdict {
+            RunVerdict::Fail(reason) => Some(format!("{}: {reason}", p.policy)),
+            RunVerdict::Pass => None,
+        })
+        .collect();
+    let (type_, reason, note) = if failed.is_empty() {
+        let ran = verification
+            .policies
+            .iter()
+            .map(|p| {
+                let steps: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
+                format!("{}: {}", p.policy, steps.join(", "))
+            })
+            .collect::<Vec<_>>()
+            .join("; ");
+        (
+            EventType::Normal,
+            "OrgStepsRan",
+            format!("org steps ran as their policies say: {ran}"),
+        )
+    } else {
+        (EventType::Warning, "OrgStepsDidNotRun", failed.join("; "))
+    };
+    Some(Event {
+        type_,
+        reason: reason.to_owned(),
+        note: Some(truncate(note)),
+        action: "Verify".to_owned(),
+        secondary: None,
+    })
+}
+
+fn truncate(mut text: String) -> String {
+    if text.len() <= NOTE_LIMIT {
+        return text;
+    }
+    let mut cut = NOTE_LIMIT - 3;
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
+    text.push_str("...");
+    text
+}
+
+/// Starts the watch. It waits for the policies to be loaded before verifying anything (an
+/// empty set would report every policy gone).
+pub fn start(
+    client: Client,
+    source: Arc<dyn PolicySource>,
+    reporter: Reporter,
+    reports: Option<Reports>,
+    metrics: Metrics,
+) {
+    tokio::spawn(watch(client, source, reporter, reports, metrics));
+}
+
+async fn watch(
+    client: Client,
+    source: Arc<dyn PolicySource>,
+    reporter: Reporter,
+    reports: Option<Reports>,
+    metrics: Metrics,
+) {
+    while !source.is_ready() {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &taskrun_resource());
+    let recorder = Recorder::new(client.clone(), reporter);
+    let config = watcher::Config::default()
+        .labels(&format!("{}={}", record::LABEL, record::LABEL_VALUE))
+        .page_size(PAGE_SIZE);
+    let mut events = watcher(api, config).default_backoff().boxed();
+    // Uids of the TaskRuns not finished yet; a relist builds the set again.
+    let mut running: HashSet<String> = HashSet::new();
+    let mut relisted: HashSet<String> = HashSet::new();
+    let writer = Writer {
+        client: client.clone(),
+        source,
+        recorder,
+        reports,
+        metrics: metrics.clone(),
+    };
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(watcher::Event::Init) => relisted.clear(),
+            Ok(watcher::Event::InitApply(object)) => writer.see(object, &mut relisted).await,
+            Ok(watcher::Event::InitDone) => {
+                running = std::mem::take(&mut relisted);
+                running.shrink_to_fit();
+            }
+            Ok(watcher::Event::Apply(object)) => writer.see(object, &mut running).await,
+            Ok(watcher::Event::Delete(object)) => {
+                if let Some(uid) = object.metadata.uid.as_deref() {
+                    running.remove(uid);
+                }
+            }
+            Err(error) => {
+                metrics.watch_error();
+                tracing::warn!(%error, "TaskRun watch (post-run verification) failed; retrying");
+            }
+        }
+        metrics.set_taskruns_watched(running.len().max(relisted.len()));
+    }
+}
+
+struct Writer {
+    client: Client,
+    source: Arc<dyn PolicySource>,
+    recorder: Recorder,
+    reports: Option<Reports>,
+    metrics: Metrics,
+}
+
+impl Writer {
+    async fn see(&self, object: DynamicObject, running: &mut HashSet<String>) {
+        let Some(uid) = object.metadata.uid.clone() else {
+            return;
+        };
+        let Ok(value) = serde_json::to_value(&object) else {
+            return;
+        };
+        drop(object);
+        match seen(&value) {
+            Seen::Running => {
+                running.insert(uid);
+            }
+            Seen::Marked => {
+                running.remove(&uid);
+            }
+            Seen::Finished => {
+                running.remove(&uid);
+                self.verify(&value).await;
+            }
+        }
+    }
+
+    async fn verify(&self, taskrun: &Value) {
+        let text = |pointer: &str| taskrun.pointer(pointer).and_then(Value::as_str);
+        let (Some(namespace), Some(name), Some(uid), Some(resource_version)) = (
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+            text("/metadata/uid"),
+            text("/metadata/resourceVersion"),
+        ) else {
+            return;
+        };
+        let snapshot = self.source.current();
+        let Some(verification) = verify::verify(taskrun, &snapshot.set, snapshot.lookup.as_ref())
+        else {
+            return;
+        };
+        // The mark first, under the resourceVersion the verdict was computed from: only one
+        // replica's write succeeds, and only that one writes the outputs.
+        let patch = mark_patch(&verification, resource_version);
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &taskrun_resource());
+        match api
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
+                // Another replica marked it, Tekton changed it (its next event comes), or it
+                // is gone.
+                tracing::debug!(taskrun = name, %namespace, code = status.code, "not marked: changed or verified elsewhere");
+                return;
+            }
+            Err(error) => {
+                self.metrics.verification_error();
+                tracing::warn!(%error, taskrun = name, %namespace, "cannot mark the TaskRun verified; it is tried again on its next watch event");
+                return;
+            }
+        }
+        self.metrics.observe_verification(&verification);
+        for run in &verification.policies {
+            if let RunVerdict::Fail(reason) = &run.verdict {
+                tracing::warn!(taskrun = name, %namespace, policy = %run.policy, %reason, "org steps did not run as their policy says");
+            }
+        }
+        let api_version = text("/apiVersion").unwrap_or("tekton.dev/v1");
+        if let Some(event) = event(&verification) {
+            let regarding = ObjectReference {
+                api_version: Some(api_version.to_owned()),
+                kind: Some("TaskRun".to_owned()),
+                name: Some(name.to_owned()),
+                namespace: Some(namespace.to_owned()),
+                uid: Some(uid.to_owned()),
+                ..ObjectReference::default()
+            };
+            match self.recorder.publish(&event, &regarding).await {
+                Ok(()) => self.metrics.event("taskrun", true),
+                Err(error) => {
+                    self.metrics.event("taskrun", false);
+                    tracing::warn!(%error, taskrun = name, "cannot post the TaskRun's verification Event");
+                }
+            }
+        }
+        if let Some(reports) = &self.reports {
+            let subject = Subject {
+                api_version: api_version.to_owned(),
+                name: name.to_owned(),
+                namespace: namespace.to_owned(),
+                uid: uid.to_owned(),
+            };
+            let seconds = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64);
+            reports.add(
+                namespace,
+                verification
+                    .policies
+                    .iter()
+                    .map(|run| reports::run_result(&subject, run, seconds))
+                    .collect(),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::verify::{Cause, Place, PolicyRun, StepOutcome, StepRun};
+
+    fn verification(verdict: RunVerdict) -> Verification {
+        Verification {
+            succeeded: false,
+            reason: "TaskRunTimeout".into(),
+            by_composition: true,
+            policies: vec![PolicyRun {
+                policy: "ClusterStepPolicy/sbom".into(),
+                mode: None,
+                steps: vec![StepRun {
+                    name: "bookend-sbom-upload".into(),
+                    place: Place::Post,
+                    outcome: StepOutcome::NeverStarted,
+                    exit_code: None,
+                    duration_seconds: None,
+                }],
+                cause: matches!(verdict, RunVerdict::Fail(_)).then_some(Cause::DidNotRun),
+                verdict,
+                drift: None,
+            }],
+        }
+    }
+
+    #[test]
+    fn the_mark_carries_the_resource_version_precondition_and_the_verdicts() {
+        let v = verification(RunVerdict::Pass);
+        assert_eq!(
+            mark_patch(&v, "4711"),
+            json!({"metadata": {
+                "resourceVersion": "4711",
+                "annotations": {"bookend.dev/verified": "{\"ClusterStepPolicy/sbom\":\"pass\"}"},
+            }})
+        );
+    }
+
+    #[test]
+    fn a_taskrun_is_running_finished_or_marked() {
+        let mut tr = json!({"metadata": {}, "status": {"conditions": [
+            {"type": "Succeeded", "status": "Unknown"}]}});
+        assert_eq!(seen(&tr), Seen::Running);
+        tr["status"]["conditions"][0]["status"] = json!("False");
+        assert_eq!(seen(&tr), Seen::Finished);
+        tr["metadata"]["annotations"] = json!({VERIFIED_ANNOTATION: "{}"});
+        assert_eq!(seen(&tr), Seen::Marked);
+    }
+
+    #[test]
+    fn a_failed_verdict_is_a_warning_event_with_the_reason() {
+        let reason = "org post-step bookend-sbom-upload did not run: the TaskRun timed out during step build";
+        let e = event(&verification(RunVerdict::Fail(reason.into()))).unwrap();
+        assert_eq!(e.type_, EventType::Warning);
+        assert_eq!(e.reason, "OrgStepsDidNotRun");
+        assert_eq!(e.note.unwrap(), format!("ClusterStepPolicy/sbom: {reason}"));
+        let e = event(&verification(RunVerdict::Pass)).unwrap();
+        assert_eq!(
+            (e.type_, e.reason.as_str()),
+            (EventType::Normal, "OrgStepsRan")
+        );
+        let none = Verification {
+            policies: Vec::new(),
+            ..verification(RunVerdict::Pass)
+        };
+        assert!(event(&none).is_none());
+    }
+}

@@ -1,0 +1,323 @@
+//! Post-run verification against a real kube-apiserver: bookend watches the TaskRuns it
+//! injected into and, when each finishes, says whether the org steps ran. No Tekton controller
+//! runs here, so the scenario writes each TaskRun's status itself, as Tekton v1.15 writes it
+//! (`status.steps[]` with `terminated` and `terminationReason`, the `Succeeded` condition);
+//! the runtime suite runs the same under Tekton's own controller. Checked: the label admission
+//! sets, the `bookend.dev/verified` mark, the Event, the PolicyReport result, the metrics, and
+//! that each TaskRun is counted once across a restart and with two replicas.
+
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::kube::poll;
+
+use super::bookend::Bookend;
+use super::objects::{metadata_str, step_names, taskrun};
+use super::{Ctx, TEAM_A};
+
+const VERIFIED: &str = "bookend.dev/verified";
+
+/// A step's state as Tekton reports it when the step ended with `reason`.
+fn step_state(name: &str, exit: i64, reason: &str) -> Value {
+    json!({
+        "name": name,
+        "container": format!("step-{name}"),
+        "terminated": {
+            "exitCode": exit,
+            "reason": reason,
+            "startedAt": "2026-02-01T10:00:00Z",
+            "finishedAt": "2026-02-01T10:00:03Z",
+        },
+        "terminationReason": reason,
+    })
+}
+
+/// Writes the status of a finished TaskRun through the status subresource, as Tekton's
+/// controller does: every step up to `stopped_at` completed, the rest ended with `reason`
+/// (none: all completed and the TaskRun succeeded).
+fn finish(ctx: &Ctx, name: &str, stopped_at: Option<(&str, &str)>) {
+    let object = ctx
+        .cluster
+        .get_json(&["taskrun", name, "-n", TEAM_A], "the TaskRun");
+    let mut stopped = false;
+    let steps: Vec<Value> = step_names(&object)
+        .iter()
+        .map(|step| {
+            if let Some((at, reason)) = stopped_at
+                && (stopped || step == at)
+            {
+                stopped = true;
+                return step_state(step, 1, reason);
+            }
+            step_state(step, 0, "Completed")
+        })
+        .collect();
+    let (status, reason) = match stopped_at {
+        None => ("True", "Succeeded"),
+        Some((_, reason)) => ("False", reason),
+    };
+    let patch = json!({"status": {
+        "conditions": [{"type": "Succeeded", "status": status, "reason": reason,
+                        "message": "written by the e2e scenario",
+                        "lastTransitionTime": "2026-02-01T10:01:00Z"}],
+        "podName": format!("{name}-pod"),
+        "startTime": "2026-02-01T10:00:00Z",
+        "completionTime": "2026-02-01T10:01:00Z",
+        "steps": steps,
+    }});
+    ctx.cluster
+        .kubectl(&[
+            "patch",
+            "taskrun",
+            name,
+            "-n",
+            TEAM_A,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &patch.to_string(),
+        ])
+        .expect_ok("write the TaskRun's status");
+}
+
+/// Creates `team-a/<name>` (one user step, `build`); the example policies inject into it.
+fn create(ctx: &mut Ctx, name: &str) -> Value {
+    let mut object = taskrun(TEAM_A, "", "build");
+    object["metadata"] = json!({"name": name, "namespace": TEAM_A});
+    let created = ctx
+        .cluster
+        .create(&object)
+        .expect_ok("create a TaskRun")
+        .json();
+    assert_eq!(
+        created["metadata"]["labels"]["bookend.dev/verify"],
+        json!("true"),
+        "admission labels an injected TaskRun for the watch: {}",
+        created["metadata"]
+    );
+    ctx.keep(name, &created);
+    created
+}
+
+/// Polls until the TaskRun carries the mark; returns it (policy -> verdict).
+fn poll_mark(ctx: &Ctx, name: &str) -> Value {
+    poll(
+        &format!("{name} marked {VERIFIED}"),
+        Duration::from_secs(30),
+        || {
+            let object = ctx
+                .cluster
+                .get_json(&["taskrun", name, "-n", TEAM_A], "the TaskRun");
+            object["metadata"]["annotations"][VERIFIED]
+                .as_str()
+                .ok_or_else(|| format!("{}", object["metadata"]["annotations"]))
+                .and_then(|text| serde_json::from_str(text).map_err(|e| e.to_string()))
+        },
+    )
+}
+
+/// Events bookend posted about the TaskRun with `uid` for `reason`: (count, message) each.
+fn events(ctx: &Ctx, uid: &str, reason: &str) -> Vec<(u64, String)> {
+    ctx.cluster.get_json(
+        &[
+            "events",
+            "-n",
+            TEAM_A,
+            "--field-selector",
+            &format!("involvedObject.uid={uid},reason={reason}"),
+        ],
+        "kubectl get events",
+    )["items"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|e| {
+            let count = e["count"]
+                .as_u64()
+                .or_else(|| e["series"]["count"].as_u64())
+                .unwrap_or(1);
+            (count, e["message"].as_str().unwrap_or_default().to_owned())
+        })
+        .collect()
+}
+
+/// The value of one series on a bookend's `/metrics` (0 when absent).
+fn metric(bookend: &Bookend, series: &str) -> f64 {
+    let (_, body) = bookend.admin_get("/metrics").expect("GET /metrics");
+    body.lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+const SBOM: &str = "ClusterStepPolicy/org-sbom";
+const SBOM_FAIL: &str = "bookend_run_verdicts_total{policy=\"ClusterStepPolicy/org-sbom\",verdict=\"fail\",cause=\"did_not_run\"}";
+const SBOM_PASS: &str = "bookend_run_verdicts_total{policy=\"ClusterStepPolicy/org-sbom\",verdict=\"pass\",cause=\"none\"}";
+
+pub(super) fn scenario_post_run_verification(ctx: &mut Ctx) -> String {
+    // A TaskRun whose org steps all ran, and one whose TaskRun timed out in the user's step.
+    let pass = create(ctx, "verify-pass");
+    let timeout = create(ctx, "verify-timeout");
+    finish(ctx, "verify-pass", None);
+    finish(ctx, "verify-timeout", Some(("build", "TaskRunTimeout")));
+    assert_eq!(poll_mark(ctx, "verify-pass")[SBOM], json!("pass"));
+    assert_eq!(poll_mark(ctx, "verify-timeout")[SBOM], json!("fail"));
+
+    let timeout_uid = metadata_str(&timeout, "uid");
+    let warning = poll(
+        "the OrgStepsDidNotRun Event",
+        Duration::from_secs(30),
+        || {
+            events(ctx, &timeout_uid, "OrgStepsDidNotRun")
+                .pop()
+                .map(|(_, m)| m)
+                .ok_or_else(|| "none yet".to_owned())
+        },
+    );
+    // Both post-steps of org-sbom, each with the cause; org-credentials' pre-step ran.
+    assert_eq!(
+        warning,
+        "ClusterStepPolicy/org-sbom: org post-step bookend-sbom did not run: the TaskRun timed out during step build; \
+         org post-step bookend-sbom-upload did not run: the TaskRun timed out during step build"
+    );
+    let normal = poll("the OrgStepsRan Event", Duration::from_secs(30), || {
+        events(ctx, &metadata_str(&pass, "uid"), "OrgStepsRan")
+            .pop()
+            .ok_or_else(|| "none yet".to_owned())
+    });
+    assert!(normal.1.contains("bookend-sbom-upload"), "{normal:?}");
+    assert_eq!(metric(&ctx.bookend, SBOM_FAIL), 1.0);
+    assert_eq!(metric(&ctx.bookend, SBOM_PASS), 1.0);
+    assert_eq!(
+        metric(
+            &ctx.bookend,
+            "bookend_step_runs_total{policy=\"ClusterStepPolicy/org-sbom\",step=\"bookend-sbom-upload\",outcome=\"never_started\"}"
+        ),
+        1.0
+    );
+
+    // The namespace's PolicyReport has the Enforce policy's run result (the CRD is installed
+    // by the PolicyReport scenario before this one).
+    let result = poll(
+        "the run result in the PolicyReport",
+        Duration::from_secs(30),
+        || {
+            let report = ctx.cluster.kubectl(&[
+                "get",
+                "policyreport",
+                "bookend-audit",
+                "-n",
+                TEAM_A,
+                "-o",
+                "json",
+            ]);
+            let report = report.try_json()?;
+            report["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| {
+                    r["rule"] == "run"
+                        && r["policy"] == SBOM
+                        && r["resources"][0]["uid"] == json!(timeout_uid)
+                })
+                .cloned()
+                .ok_or_else(|| "no run result yet".to_owned())
+        },
+    );
+    assert_eq!(result["result"], "fail");
+    assert_eq!(result["properties"]["mode"], "Enforce");
+    assert_eq!(result["properties"]["cause"], "did_not_run");
+
+    // A TaskRun that finishes while bookend is down is verified when it is back, and the
+    // TaskRuns verified before the restart are not counted again.
+    let late = create(ctx, "verify-late");
+    ctx.bookend.stop();
+    finish(ctx, "verify-late", None);
+    let work = ctx.work.clone();
+    let port = ctx.bookend.port;
+    ctx.bookend = Bookend::start(
+        &work,
+        port,
+        &ctx.certs.live("tls.crt"),
+        &ctx.certs.live("tls.key"),
+        &work.join("bookend.kubeconfig"),
+    );
+    ctx.bookend.wait_ready(Duration::from_secs(60));
+    assert_eq!(poll_mark(ctx, "verify-late")[SBOM], json!("pass"));
+    poll(
+        "the restarted bookend to count verify-late",
+        Duration::from_secs(30),
+        || match metric(&ctx.bookend, SBOM_PASS) {
+            1.0 => Ok(()),
+            n => Err(format!("{n}")),
+        },
+    );
+    assert_eq!(
+        metric(&ctx.bookend, SBOM_FAIL),
+        0.0,
+        "verify-timeout was verified before the restart: not counted again"
+    );
+    let warnings = events(ctx, &timeout_uid, "OrgStepsDidNotRun");
+    assert_eq!(
+        warnings.iter().map(|(n, _)| n).sum::<u64>(),
+        1,
+        "one Event for verify-timeout across the restart: {warnings:?}"
+    );
+    assert_eq!(metadata_str(&late, "name"), "verify-late");
+
+    // Two replicas watch the same TaskRuns: the mark's resourceVersion precondition lets only
+    // one of them count each.
+    let second_dir = work.join("replica-2");
+    std::fs::create_dir_all(&second_dir).expect("replica-2 directory");
+    let mut second = Bookend::start(
+        &second_dir,
+        crate::kube::free_port(),
+        &ctx.certs.live("tls.crt"),
+        &ctx.certs.live("tls.key"),
+        &work.join("bookend.kubeconfig"),
+    );
+    second.wait_ready(Duration::from_secs(60));
+    let names: Vec<String> = (0..6).map(|i| format!("verify-replicas-{i}")).collect();
+    for name in &names {
+        create(ctx, name);
+    }
+    for name in &names {
+        finish(ctx, name, Some(("build", "TaskRunTimeout")));
+    }
+    for name in &names {
+        poll_mark(ctx, name);
+    }
+    let counted = poll(
+        "both replicas done counting",
+        Duration::from_secs(30),
+        || {
+            let n = metric(&ctx.bookend, SBOM_FAIL) + metric(&second, SBOM_FAIL);
+            if n >= names.len() as f64 {
+                Ok(n)
+            } else {
+                Err(format!("{n}"))
+            }
+        },
+    );
+    // Counting is done once the marks are written; a second look finds no more.
+    std::thread::sleep(Duration::from_secs(3));
+    let again = metric(&ctx.bookend, SBOM_FAIL) + metric(&second, SBOM_FAIL);
+    assert_eq!(
+        (counted, again),
+        (names.len() as f64, names.len() as f64),
+        "each TaskRun counted once across two replicas"
+    );
+    let split = (metric(&ctx.bookend, SBOM_FAIL), metric(&second, SBOM_FAIL));
+    second.stop();
+    format!(
+        "pass, TaskRun timeout (Event, report, metrics), a restart, two replicas (split {split:?}): each counted once"
+    )
+}
