@@ -28,6 +28,7 @@ mod policies;
 mod rbac;
 mod status;
 mod tasks;
+mod upgrade;
 
 use std::path::PathBuf;
 use std::process::Command;
