@@ -53,6 +53,8 @@ pub struct Options {
     pub policy_reports: bool,
     /// Results kept per namespace's report (`--policy-report-max-results`).
     pub report_limit: usize,
+    /// Which report API (`--policy-report-api`).
+    pub report_api: reports::ReportApiChoice,
 }
 
 impl Default for Options {
@@ -61,6 +63,7 @@ impl Default for Options {
             taskrun_events: true,
             policy_reports: true,
             report_limit: reports::DEFAULT_LIMIT,
+            report_api: reports::ReportApiChoice::Auto,
         }
     }
 }
@@ -93,6 +96,7 @@ impl Followups {
         let reports = options.policy_reports.then(|| {
             Reports::start(
                 client,
+                options.report_api,
                 options.report_limit,
                 Duration::from_secs(2),
                 metrics.clone(),

@@ -1,14 +1,21 @@
-//! PolicyReports for Audit policies (`wgpolicyk8s.io/v1alpha2`, kubernetes mode): one report per
-//! namespace, `bookend-audit`, with one result per admitted TaskRun and Audit policy that
-//! matched it — would inject (`pass`), would deny (`fail`) or skipped (`skip`) — naming the
-//! policy, its steps and what would happen.
+//! PolicyReports for Audit policies (kubernetes mode): one report per namespace, `bookend-audit`,
+//! with one result per admitted TaskRun and Audit policy that matched it — would inject
+//! (`pass`), would deny (`fail`) or skipped (`skip`) — naming the policy, its steps and what
+//! would happen.
+//!
+//! Two APIs carry them, with the same result shape: `wgpolicyk8s.io/v1alpha2` PolicyReport and
+//! its successor `openreports.io/v1alpha1` Report ([`ReportApi`]). `--policy-report-api` picks
+//! one, or `auto`: whichever the API server serves, openreports first, looked up again every
+//! 30 s (a cluster that gains the openreports CRD gets Reports without a restart). Only
+//! namespaced reports are written: every result is about a TaskRun, so a ClusterReport would
+//! stay empty.
 //!
 //! Results are collected in memory and written in batches by one task: read the report, merge
 //! (a result per TaskRun and policy; the newest `limit` kept), replace it with the read
 //! `resourceVersion` as precondition, and on a conflict (another replica wrote) read and merge
-//! again. So several replicas add to one report without losing each other's results. When the
-//! PolicyReport CRD is not installed, results are dropped with one log line and the API is
-//! looked up again every 30 s; installing the CRD later needs no restart.
+//! again. So several replicas add to one report without losing each other's results. When no
+//! report CRD is installed, results are dropped with one log line and the API is looked up
+//! again every 30 s; installing the CRD later needs no restart.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
@@ -31,15 +38,113 @@ pub const DEFAULT_LIMIT: usize = 200;
 pub const MAX_LIMIT: usize = 1000;
 /// A result's message is cut to this many bytes.
 pub const MESSAGE_LIMIT: usize = 512;
-/// How often a missing PolicyReport CRD is looked for again.
+/// How often a missing report CRD (and, with `auto`, a preferred one) is looked for again.
 const RECHECK: Duration = Duration::from_secs(30);
 
-/// `wgpolicyk8s.io/v1alpha2` PolicyReport.
-pub fn report_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("wgpolicyk8s.io", "v1alpha2", "PolicyReport"),
-        "policyreports",
-    )
+/// An API that carries policy reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReportApi {
+    /// `wgpolicyk8s.io/v1alpha2` PolicyReport (Kyverno before 1.15, Kubewarden, Trivy Operator).
+    WgPolicyK8s,
+    /// `openreports.io/v1alpha1` Report, its successor (Kyverno 1.15 and later).
+    OpenReports,
+}
+
+impl ReportApi {
+    pub const fn group(self) -> &'static str {
+        match self {
+            Self::WgPolicyK8s => "wgpolicyk8s.io",
+            Self::OpenReports => "openreports.io",
+        }
+    }
+
+    pub const fn version(self) -> &'static str {
+        match self {
+            Self::WgPolicyK8s => "v1alpha2",
+            Self::OpenReports => "v1alpha1",
+        }
+    }
+
+    pub const fn kind(self) -> &'static str {
+        match self {
+            Self::WgPolicyK8s => "PolicyReport",
+            Self::OpenReports => "Report",
+        }
+    }
+
+    pub const fn plural(self) -> &'static str {
+        match self {
+            Self::WgPolicyK8s => "policyreports",
+            Self::OpenReports => "reports",
+        }
+    }
+
+    pub fn api_version(self) -> String {
+        format!("{}/{}", self.group(), self.version())
+    }
+
+    pub fn resource(self) -> ApiResource {
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(self.group(), self.version(), self.kind()),
+            self.plural(),
+        )
+    }
+
+    /// The report object for `namespace` holding `results` (no resourceVersion). openreports
+    /// also names the engine at the top (`source`), as one engine writes every result.
+    pub fn report(self, namespace: &str, results: &[Value]) -> Value {
+        let mut report = json!({
+            "apiVersion": self.api_version(),
+            "kind": self.kind(),
+            "metadata": {
+                "name": REPORT_NAME,
+                "namespace": namespace,
+                "labels": {"app.kubernetes.io/managed-by": "bookend"},
+            },
+            "summary": summary(results),
+            "results": results,
+        });
+        if self == Self::OpenReports {
+            report["source"] = json!(SOURCE);
+        }
+        report
+    }
+}
+
+impl std::fmt::Display for ReportApi {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}", self.api_version(), self.kind())
+    }
+}
+
+/// Which report API to write (`--policy-report-api`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ReportApiChoice {
+    WgPolicyK8s,
+    OpenReports,
+    /// Whichever the API server serves, openreports first.
+    #[default]
+    Auto,
+}
+
+impl ReportApiChoice {
+    /// The APIs to look for, preferred first.
+    pub fn candidates(self) -> &'static [ReportApi] {
+        match self {
+            Self::WgPolicyK8s => &[ReportApi::WgPolicyK8s],
+            Self::OpenReports => &[ReportApi::OpenReports],
+            Self::Auto => &[ReportApi::OpenReports, ReportApi::WgPolicyK8s],
+        }
+    }
+
+    /// The CRDs this choice can write, for the log line when none is served.
+    fn describe(self) -> String {
+        self.candidates()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join(" or ")
+    }
 }
 
 /// The TaskRun a result is about.
@@ -148,8 +253,14 @@ pub struct Reports {
 
 impl Reports {
     /// Starts the writer: batches are written at most every `every`, each report keeping at
-    /// most `limit` of bookend's results.
-    pub fn start(client: Client, limit: usize, every: Duration, metrics: Metrics) -> Self {
+    /// most `limit` of bookend's results, to the API `choice` names.
+    pub fn start(
+        client: Client,
+        choice: ReportApiChoice,
+        limit: usize,
+        every: Duration,
+        metrics: Metrics,
+    ) -> Self {
         let reports = Self {
             pending: Arc::default(),
             wake: Arc::new(Notify::new()),
@@ -157,6 +268,7 @@ impl Reports {
         tokio::spawn(write_loop(
             client,
             reports.clone(),
+            choice,
             limit.clamp(1, MAX_LIMIT),
             every,
             metrics,
@@ -187,35 +299,56 @@ impl Reports {
     }
 }
 
-/// Whether the API server serves `wgpolicyk8s.io/v1alpha2` `policyreports`.
-async fn crd_installed(client: &Client) -> bool {
+/// Whether the API server serves `api`.
+async fn served(client: &Client, api: ReportApi) -> bool {
     client
-        .list_api_group_resources("wgpolicyk8s.io/v1alpha2")
+        .list_api_group_resources(&api.api_version())
         .await
-        .is_ok_and(|list| list.resources.iter().any(|r| r.name == "policyreports"))
+        .is_ok_and(|list| list.resources.iter().any(|r| r.name == api.plural()))
+}
+
+/// The first of `choice`'s APIs the API server serves.
+async fn detect(client: &Client, choice: ReportApiChoice) -> Option<ReportApi> {
+    for api in choice.candidates() {
+        if served(client, *api).await {
+            return Some(*api);
+        }
+    }
+    None
+}
+
+/// Logs what the writer does now that the detected API is `api` (after `previous`).
+fn log_detected(choice: ReportApiChoice, previous: Option<ReportApi>, api: Option<ReportApi>) {
+    match api {
+        Some(api) if previous.is_some() => {
+            tracing::info!(%api, "report API changed: Audit results now go to {api} objects")
+        }
+        Some(api) => tracing::info!(%api, "report CRD found: Audit results go to {api} objects"),
+        None => tracing::info!(
+            "no report CRD installed ({}): Audit results go to admission warnings and audit annotations only; install one to get reports (looked up again every 30s)",
+            choice.describe()
+        ),
+    }
 }
 
 async fn write_loop(
     client: Client,
     reports: Reports,
+    choice: ReportApiChoice,
     limit: usize,
     every: Duration,
     metrics: Metrics,
 ) {
-    let mut installed = crd_installed(&client).await;
+    let mut current = detect(&client, choice).await;
     let mut checked = Instant::now();
-    if installed {
-        tracing::info!("PolicyReport CRD found: Audit results go to PolicyReports");
-    } else {
-        tracing::info!(
-            "PolicyReport CRD (wgpolicyk8s.io/v1alpha2) not installed: Audit results go to admission warnings and audit annotations only; install the CRD to get PolicyReports (looked up again every 30s)"
-        );
-    }
+    log_detected(choice, None, current);
+    // With `auto`, a served API is looked up again too: openreports may arrive later.
+    let recheck_served = choice == ReportApiChoice::Auto;
     loop {
-        if installed {
+        if current.is_some() {
             reports.wake.notified().await;
         } else {
-            // Look for the CRD again every RECHECK, results or not.
+            // Look for a CRD again every RECHECK, results or not.
             tokio::select! {
                 () = reports.wake.notified() => {}
                 () = tokio::time::sleep(RECHECK.saturating_sub(checked.elapsed())) => {}
@@ -224,29 +357,31 @@ async fn write_loop(
         // Collect a batch: one write per namespace for everything that arrives meanwhile.
         tokio::time::sleep(every).await;
         let batch = reports.take();
-        if !installed && checked.elapsed() >= RECHECK {
-            installed = crd_installed(&client).await;
+        if (current.is_none() || recheck_served) && checked.elapsed() >= RECHECK {
+            let found = detect(&client, choice).await;
             checked = Instant::now();
-            if installed {
-                tracing::info!("PolicyReport CRD found: Audit results go to PolicyReports");
+            if found != current {
+                log_detected(choice, current, found);
+                current = found;
             }
         }
-        if !installed {
+        let Some(api) = current else {
             tracing::debug!(
                 namespaces = batch.len(),
-                "no PolicyReport CRD: Audit results dropped"
+                "no report CRD: Audit results dropped"
             );
             continue;
-        }
+        };
         for (namespace, results) in batch {
-            match write(&client, &namespace, &results, limit).await {
+            match write(&client, api, &namespace, &results, limit).await {
                 Ok(()) => metrics.policy_report_write(true),
                 Err(WriteError::NotInstalled) => {
                     metrics.policy_report_write(false);
-                    installed = false;
+                    current = None;
                     checked = Instant::now();
                     tracing::warn!(
-                        "the PolicyReport CRD is gone: Audit results are dropped until it is back"
+                        %api,
+                        "the report CRD is gone: Audit results are dropped until a report CRD is back"
                     );
                     break;
                 }
@@ -280,12 +415,13 @@ fn status_code(error: &kube::Error) -> Option<u16> {
 /// Adds `results` to `namespace`'s report: read, merge, replace (or create); again on conflict.
 async fn write(
     client: &Client,
+    report_api: ReportApi,
     namespace: &str,
     results: &[Value],
     limit: usize,
 ) -> Result<(), WriteError> {
     let api: Api<DynamicObject> =
-        Api::namespaced_with(client.clone(), namespace, &report_resource());
+        Api::namespaced_with(client.clone(), namespace, &report_api.resource());
     for _ in 0..5 {
         let current = match api.get_opt(REPORT_NAME).await {
             Ok(c) => c,
@@ -299,17 +435,7 @@ async fn write(
             .cloned()
             .unwrap_or_default();
         let merged = merge(&existing, results, limit);
-        let mut object = json!({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": "PolicyReport",
-            "metadata": {
-                "name": REPORT_NAME,
-                "namespace": namespace,
-                "labels": {"app.kubernetes.io/managed-by": "bookend"},
-            },
-            "summary": summary(&merged),
-            "results": merged,
-        });
+        let mut object = report_api.report(namespace, &merged);
         let outcome = match &current {
             Some(c) => {
                 object["metadata"]["resourceVersion"] = json!(c.metadata.resource_version);
@@ -421,6 +547,48 @@ mod tests {
         // An older copy never replaces a newer one (a slow replica's batch).
         let again = merge(&merged, &[r("u2", "A", 2)], 3);
         assert_eq!(seconds(&again[1]), 4);
+    }
+
+    #[test]
+    fn both_apis_carry_the_same_results_and_openreports_names_the_source() {
+        let results = vec![result(
+            &subject("u1"),
+            &finding("ClusterStepPolicy/p", AuditOutcome::WouldDeny),
+            7,
+        )];
+        let wg = ReportApi::WgPolicyK8s.report("team-a", &results);
+        let open = ReportApi::OpenReports.report("team-a", &results);
+        assert_eq!(wg["apiVersion"], "wgpolicyk8s.io/v1alpha2");
+        assert_eq!(wg["kind"], "PolicyReport");
+        assert!(wg.get("source").is_none(), "not a PolicyReport field");
+        assert_eq!(open["apiVersion"], "openreports.io/v1alpha1");
+        assert_eq!(open["kind"], "Report");
+        assert_eq!(open["source"], SOURCE);
+        for report in [&wg, &open] {
+            assert_eq!(report["metadata"]["name"], REPORT_NAME);
+            assert_eq!(report["metadata"]["namespace"], "team-a");
+            assert_eq!(report["results"], json!(results));
+            assert_eq!(report["summary"]["fail"], 1);
+        }
+        assert_eq!(ReportApi::OpenReports.resource().plural, "reports");
+        assert_eq!(ReportApi::WgPolicyK8s.resource().plural, "policyreports");
+    }
+
+    #[test]
+    fn auto_prefers_openreports_and_a_named_api_is_the_only_one_looked_for() {
+        assert_eq!(
+            ReportApiChoice::Auto.candidates(),
+            [ReportApi::OpenReports, ReportApi::WgPolicyK8s]
+        );
+        assert_eq!(
+            ReportApiChoice::WgPolicyK8s.candidates(),
+            [ReportApi::WgPolicyK8s]
+        );
+        assert_eq!(
+            ReportApiChoice::OpenReports.candidates(),
+            [ReportApi::OpenReports]
+        );
+        assert_eq!(ReportApiChoice::default(), ReportApiChoice::Auto);
     }
 
     #[test]

@@ -854,6 +854,18 @@ fn the_schema_refuses_what_would_break_the_install() {
         ("webhookk.url=https://x", "webhookk"),
         ("image.digest=latest", "digest"),
         ("metrics.prometheusRule.disabled={NotAnAlert}", "disabled"),
+        // Typed Kubernetes structs: a typo or a wrong type is refused, not rendered.
+        ("resources.limits.memory=lots", "memory"),
+        ("resources.limit.memory=1Gi", "limit"),
+        ("securityContext.runAsUser=-1", "runAsUser"),
+        ("securityContext.readOnlyRootFs=true", "readOnlyRootFs"),
+        ("podSecurityContext.runAsNonRoot=yes", "runAsNonRoot"),
+        ("affinity.podAntiAffinity.required=x", "required"),
+        ("policyReports.api=kyverno", "api"),
+        ("webhook.port=70000", "port"),
+        ("adminPort=0", "adminPort"),
+        ("metrics.serviceMonitor.scheme=ftp", "scheme"),
+        ("updateStrategy.type=Replace", "type"),
     ] {
         let err = template("bookend", NAMESPACE, &["--set", set])
             .expect_err(&format!("--set {set} must be refused"));
@@ -892,6 +904,9 @@ fn every_value_is_in_the_readme_table_and_the_schema() {
     // Keys under these are free-form Kubernetes structs (or maps), documented as a whole.
     let opaque = [
         "resources",
+        "updateStrategy",
+        "livenessProbe",
+        "readinessProbe",
         "podSecurityContext",
         "securityContext",
         "topologySpreadConstraints",
@@ -1175,4 +1190,486 @@ fn the_taskrun_backstop_can_be_left_out_and_the_pod_backstop_stays() {
     ] {
         assert!(without.contains(&kept.to_owned()), "{kept}: {without:?}");
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Evaluation and production
+
+/// What the scheduler must honour for a pod: spread constraints that refuse (DoNotSchedule),
+/// required (anti-)affinity, ports on the node.
+fn hard_constraints(pod: &Value) -> Vec<String> {
+    let mut hard = Vec::new();
+    for c in pod["topologySpreadConstraints"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        if c["whenUnsatisfiable"] == "DoNotSchedule" {
+            hard.push(format!("spread on {}", c["topologyKey"]));
+        }
+    }
+    for a in ["podAffinity", "podAntiAffinity", "nodeAffinity"] {
+        if !pod["affinity"][a]["requiredDuringSchedulingIgnoredDuringExecution"].is_null() {
+            hard.push(format!("required {a}"));
+        }
+    }
+    if pod["hostNetwork"] == true {
+        hard.push("ports on the node".to_owned());
+    }
+    hard
+}
+
+/// The evaluation set (charts/bookend/README.md) places every pod on one node, during install
+/// and during a rolling update; the defaults keep the production guarantees.
+#[test]
+fn the_evaluation_set_fits_one_node_and_the_defaults_keep_production_guarantees() {
+    let readme = std::fs::read_to_string(root().join(CHART).join("README.md")).unwrap();
+    let documented = "--set replicaCount=1 --set-json 'topologySpreadConstraints=[]'";
+    assert!(readme.contains(documented), "the README's evaluation set");
+    let by_set = render(
+        "bookend",
+        NAMESPACE,
+        &[
+            "--set",
+            "replicaCount=1",
+            "--set-json",
+            "topologySpreadConstraints=[]",
+        ],
+    );
+    let by_file = render(
+        "bookend",
+        NAMESPACE,
+        &["-f", &values("evaluation-values.yaml")],
+    );
+    for objects in [&by_set, &by_file] {
+        let d = one(objects, "Deployment");
+        let pod = &d["spec"]["template"]["spec"];
+        assert_eq!(d["spec"]["replicas"], 1);
+        assert!(
+            hard_constraints(pod).is_empty(),
+            "nothing can keep a pod off the only node: {:?}",
+            hard_constraints(pod)
+        );
+        // A rolling update adds at most one pod, which fits beside the old one (no node ports).
+        assert_eq!(d["spec"]["strategy"]["rollingUpdate"]["maxSurge"], 1);
+        assert!(
+            kind(objects, "PodDisruptionBudget").is_empty(),
+            "no budget: with one replica it could only block the node's drain"
+        );
+        assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            webhooks(objects)
+                .iter()
+                .filter(|w| w["failurePolicy"] == "Fail")
+                .count(),
+            3,
+            "the same fail-closed webhooks as in production"
+        );
+    }
+    assert_eq!(
+        one(&by_set, "Deployment")["spec"],
+        one(&by_file, "Deployment")["spec"],
+        "the documented --set set and ci/evaluation-values.yaml are the same"
+    );
+
+    // Production: two replicas that may not share a node while another one is schedulable,
+    // never fewer than one ready during a rollout or a drain.
+    let objects = render("bookend", NAMESPACE, &[]);
+    let d = one(&objects, "Deployment");
+    assert_eq!(d["spec"]["replicas"], 2);
+    assert_eq!(
+        d["spec"]["strategy"],
+        json!({"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
+    );
+    assert_eq!(
+        hard_constraints(&d["spec"]["template"]["spec"]),
+        ["spread on \"kubernetes.io/hostname\""]
+    );
+    assert_eq!(
+        one(&objects, "PodDisruptionBudget")["spec"]["minAvailable"],
+        1
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Knobs
+
+#[test]
+fn every_knob_reaches_its_object() {
+    let objects = render("bookend", NAMESPACE, &["-f", &values("knobs-values.yaml")]);
+    // commonLabels on every object the chart renders (the CRDs are `bookend crds` as printed).
+    for o in &objects {
+        if o["kind"] != "CustomResourceDefinition" {
+            assert_eq!(
+                o["metadata"]["labels"]["team"], "platform",
+                "{} {}",
+                o["kind"], o["metadata"]["name"]
+            );
+        }
+    }
+    let d = one(&objects, "Deployment");
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["labels"]["team"],
+        "platform"
+    );
+    assert!(
+        d["spec"]["selector"]["matchLabels"]["team"].is_null(),
+        "selectors are immutable: commonLabels stay out of them"
+    );
+    assert_eq!(
+        d["metadata"]["annotations"]["example.com/owner"],
+        "platform"
+    );
+    assert_eq!(
+        d["spec"]["strategy"]["rollingUpdate"],
+        json!({"maxSurge": 0, "maxUnavailable": 1})
+    );
+    let pod = &d["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    assert_eq!(
+        pod["volumes"][1],
+        json!({"name": "corp-ca", "configMap": {"name": "corp-ca"}})
+    );
+    let c = container(&objects);
+    assert_eq!(c["env"][0]["name"], "POD_NAME");
+    assert_eq!(
+        c["env"][1],
+        json!({"name": "NO_PROXY", "value": ".svc,.cluster.local"})
+    );
+    assert_eq!(
+        c["volumeMounts"][1],
+        json!({"name": "corp-ca", "mountPath": "/etc/corp-ca", "readOnly": true})
+    );
+    // Probe keys given replace the chart's; the rest stay.
+    assert_eq!(c["livenessProbe"]["periodSeconds"], 20);
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/livez");
+    assert_eq!(c["readinessProbe"]["failureThreshold"], 4);
+    assert_eq!(c["readinessProbe"]["periodSeconds"], 5);
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
+    // The ports, everywhere they appear.
+    let a = args(&objects);
+    assert_eq!(arg(&a, "--listen"), Some("0.0.0.0:9443"));
+    assert_eq!(arg(&a, "--admin-listen"), Some("0.0.0.0:9080"));
+    assert_eq!(arg(&a, "--policy-report-api"), Some("openreports"));
+    assert_flags_exist(&a);
+    let ports: Vec<(Value, Value)> = c["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["name"].clone(), p["containerPort"].clone()))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            (json!("webhook"), json!(9443)),
+            (json!("admin"), json!(9080))
+        ]
+    );
+    assert_eq!(
+        d["spec"]["template"]["metadata"]["annotations"]["prometheus.io/port"],
+        "9080"
+    );
+    let service = one(&objects, "Service");
+    assert_eq!(
+        service["metadata"]["annotations"]["example.com/scrape-zone"],
+        "internal"
+    );
+    let service_ports: Vec<(Value, Value)> = service["spec"]["ports"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| (p["port"].clone(), p["targetPort"].clone()))
+        .collect();
+    assert_eq!(
+        service_ports,
+        [
+            (json!(443), json!("webhook")),
+            (json!(9080), json!("admin"))
+        ],
+        "the API server still calls port 443; the target is the named port"
+    );
+    let np = one(&objects, "NetworkPolicy");
+    assert_eq!(np["spec"]["ingress"][0]["ports"][0]["port"], 9443);
+    assert_eq!(np["spec"]["ingress"][1]["ports"][0]["port"], 9080);
+    // The budget by maxUnavailable, without minAvailable.
+    let pdb = one(&objects, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert!(pdb["spec"]["minAvailable"].is_null());
+    // The webhook configurations' metadata (AKS's Admissions Enforcer).
+    for k in [
+        "MutatingWebhookConfiguration",
+        "ValidatingWebhookConfiguration",
+    ] {
+        let config = one(&objects, k);
+        assert_eq!(
+            config["metadata"]["annotations"]["admissions.enforcer/disabled"], "true",
+            "{k}"
+        );
+        assert_eq!(
+            config["metadata"]["labels"]["example.com/tier"], "admission",
+            "{k}"
+        );
+        assert_eq!(
+            config["metadata"]["labels"]["app.kubernetes.io/component"],
+            "webhook-configuration"
+        );
+    }
+    // The ServiceMonitor: elsewhere, relabelled, over TLS, still selecting the release's Service.
+    let monitor = one(&objects, "ServiceMonitor");
+    assert_eq!(monitor["metadata"]["namespace"], "monitoring");
+    assert_eq!(
+        monitor["spec"]["namespaceSelector"]["matchNames"],
+        json!([NAMESPACE])
+    );
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(endpoint["scheme"], "https");
+    assert_eq!(endpoint["tlsConfig"], json!({"insecureSkipVerify": true}));
+    assert_eq!(endpoint["relabelings"][0]["targetLabel"], "cluster");
+    assert_eq!(endpoint["metricRelabelings"][0]["regex"], "process_.*");
+    assert_eq!(endpoint["honorLabels"], true);
+    // RBAC for the chosen report API only.
+    let groups: Vec<String> = one(&objects, "ClusterRole")["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| strings(&r["apiGroups"]))
+        .map(str::to_owned)
+        .collect();
+    assert!(groups.contains(&"openreports.io".to_owned()), "{groups:?}");
+    assert!(!groups.contains(&"wgpolicyk8s.io".to_owned()), "{groups:?}");
+    let test_pod = one(&objects, "Pod");
+    assert_eq!(
+        test_pod["spec"]["containers"][0]["image"],
+        "registry.example.com/mirror/curl:8.11.1"
+    );
+
+    // Defaults: no extra metadata, the webhook configurations unannotated.
+    let defaults = render("bookend", NAMESPACE, &[]);
+    assert!(one(&defaults, "Deployment")["metadata"]["annotations"].is_null());
+    assert!(one(&defaults, "Service")["metadata"]["annotations"].is_null());
+    assert!(one(&defaults, "MutatingWebhookConfiguration")["metadata"]["annotations"].is_null());
+    assert!(one(&defaults, "Deployment")["spec"]["template"]["spec"]["hostNetwork"].is_null());
+    // cert-manager's annotation and the user's together.
+    let both = render(
+        "bookend",
+        NAMESPACE,
+        &[
+            "--set",
+            "certManager.enabled=true",
+            "--set-json",
+            r#"webhook.annotations={"admissions.enforcer/disabled":"true"}"#,
+        ],
+    );
+    let annotations = &one(&both, "ValidatingWebhookConfiguration")["metadata"]["annotations"];
+    assert_eq!(annotations["admissions.enforcer/disabled"], "true");
+    assert_eq!(
+        annotations["cert-manager.io/inject-ca-from"],
+        format!("{NAMESPACE}/bookend-serving")
+    );
+    // A budget that allows no eviction is refused, as minAvailable = replicas is.
+    let err = template(
+        "bookend",
+        NAMESPACE,
+        &["--set", "podDisruptionBudget.maxUnavailable=0"],
+    )
+    .unwrap_err();
+    assert!(err.contains("must be at least 1"), "{err}");
+    let percent = render(
+        "bookend",
+        NAMESPACE,
+        &["--set", "podDisruptionBudget.maxUnavailable=50%"],
+    );
+    assert_eq!(
+        one(&percent, "PodDisruptionBudget")["spec"]["maxUnavailable"],
+        "50%"
+    );
+}
+
+#[test]
+fn report_rbac_follows_the_chosen_api() {
+    let groups = |args: &[&str]| -> BTreeSet<String> {
+        one(&render("bookend", NAMESPACE, args), "ClusterRole")["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| strings(&r["verbs"]).contains(&"create"))
+            .flat_map(|r| strings(&r["resources"]))
+            .map(str::to_owned)
+            .collect()
+    };
+    let all =
+        |names: &[&str]| -> BTreeSet<String> { names.iter().map(|n| (*n).to_owned()).collect() };
+    assert_eq!(
+        groups(&[]),
+        all(&["events", "policyreports", "reports"]),
+        "auto (default): both"
+    );
+    assert_eq!(
+        groups(&["--set", "policyReports.api=wgpolicyk8s"]),
+        all(&["events", "policyreports"])
+    );
+    assert_eq!(
+        groups(&["--set", "policyReports.api=openreports"]),
+        all(&["events", "reports"])
+    );
+    assert_eq!(
+        groups(&["--set", "policyReports.enabled=false"]),
+        all(&["events"])
+    );
+    let a = args(&render("bookend", NAMESPACE, &[]));
+    assert_eq!(arg(&a, "--policy-report-api"), Some("auto"));
+}
+
+// ---------------------------------------------------------------------------------------------
+// helm test
+
+struct LocalServe {
+    child: std::process::Child,
+    port: u16,
+    admin: u16,
+    certs: PathBuf,
+}
+
+impl Drop for LocalServe {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn bookend_certs(dir: &Path) -> PathBuf {
+    let out = Command::new(env!("CARGO_BIN_EXE_bookend"))
+        .args(["certs", "--host", "127.0.0.1", "--out-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "bookend certs: {out:?}");
+    dir.to_owned()
+}
+
+/// `bookend serve` (files mode) on loopback, until /readyz answers 200.
+fn local_serve(dir: &Path) -> LocalServe {
+    let certs = bookend_certs(&dir.join("certs"));
+    let port = free_port();
+    let mut admin = free_port();
+    while admin == port {
+        admin = free_port();
+    }
+    let child = Command::new(env!("CARGO_BIN_EXE_bookend"))
+        .args(["serve", "--policies"])
+        .arg(root().join("examples/policies"))
+        .arg("--tls-cert")
+        .arg(certs.join("tls.crt"))
+        .arg("--tls-key")
+        .arg(certs.join("tls.key"))
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(["--admin-listen", &format!("127.0.0.1:{admin}")])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut serve = LocalServe {
+        child,
+        port,
+        admin,
+        certs,
+    };
+    for _ in 0..300 {
+        assert!(
+            serve.child.try_wait().unwrap().is_none(),
+            "bookend serve exited"
+        );
+        let ready = Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{admin}/readyz")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if ready {
+            return serve;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    panic!("bookend serve never got ready");
+}
+
+/// The `helm test` Pod's script, run here against a real `bookend serve` with the Pod's
+/// environment pointed at it: it passes against bookend with the right CA and fails with
+/// another CA or no server.
+#[test]
+fn the_helm_test_pod_checks_the_webhook_through_tls() {
+    let objects = render("bookend", NAMESPACE, &[]);
+    let pod = one(&objects, "Pod");
+    assert_eq!(pod["metadata"]["annotations"]["helm.sh/hook"], "test");
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let c = &pod["spec"]["containers"][0];
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(c["securityContext"]["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(pod["spec"]["securityContext"]["runAsNonRoot"], true);
+    assert_eq!(
+        pod["spec"]["volumes"][0]["secret"]["secretName"], "bookend-tls",
+        "the serving Secret's CA"
+    );
+    let env: BTreeMap<String, String> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["name"].as_str().unwrap().to_owned(),
+                e["value"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(env["BOOKEND_HOST"], format!("bookend.{NAMESPACE}.svc"));
+    assert_eq!(env["WEBHOOK_PORT"], "443");
+    assert_eq!(env["ADMIN_PORT"], "8080");
+    let command: Vec<&str> = strings(&c["command"]);
+    assert_eq!(command, ["/bin/sh", "-ec"]);
+    let script = c["args"][0].as_str().unwrap().to_owned();
+
+    let dir = tempfile::tempdir().unwrap();
+    let serve = local_serve(dir.path());
+    let run = |ca: &Path, port: u16| {
+        Command::new("sh")
+            .args(["-ec", &script])
+            .env("BOOKEND_HOST", "127.0.0.1")
+            .env("WEBHOOK_PORT", port.to_string())
+            .env("ADMIN_PORT", serve.admin.to_string())
+            .env("CA_FILE", ca)
+            .env("NAMESPACE", NAMESPACE)
+            .output()
+            .unwrap()
+    };
+    let ok = run(&serve.certs.join("ca.crt"), serve.port);
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "the helm test script against bookend: {stdout}{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(stdout.contains(r#""allowed":true"#), "{stdout}");
+    assert!(stdout.contains("bookend answers through its Service"));
+    // Another CA: TLS verification fails, and so does the test.
+    let other = bookend_certs(&dir.path().join("other"));
+    let bad_ca = run(&other.join("ca.crt"), serve.port);
+    assert!(
+        !bad_ca.status.success(),
+        "a CA bookend's certificate does not chain to"
+    );
+    // Nothing listening: fails too.
+    let nothing = run(&serve.certs.join("ca.crt"), free_port());
+    assert!(!nothing.status.success());
+    // Not rendered when turned off (deploy/ has no helm test).
+    let off = render("bookend", NAMESPACE, &["--set", "test.enabled=false"]);
+    assert!(kind(&off, "Pod").is_empty());
 }

@@ -422,7 +422,7 @@ fn render_explain_and_namespace_labels() {
         ),
         "{err}"
     );
-    assert!(err.contains("decision: allowed"), "{err}");
+    assert!(err.contains("decision: admitted"), "{err}");
     let gold = bookend(&[&args[..], &["--namespace-labels", "tier=gold"]].concat());
     let err = text(&gold.stderr);
     assert!(
@@ -674,7 +674,7 @@ fn test_runs_the_example_policy_tests() {
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(
-        stdout.ends_with("11 passed, 0 failed (11 cases in 1 test)\n"),
+        stdout.ends_with("13 passed, 0 failed (13 cases in 2 tests)\n"),
         "{stdout}"
     );
 }
@@ -745,7 +745,8 @@ results:
     }
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(
-        xml.contains(r#"<testsuites name="bookend test" tests="3" failures="3">"#),
+        xml.contains(r#"<testsuites name="bookend test" tests="3""#)
+            && xml.contains(r#"failures="3""#),
         "{xml}"
     );
     assert_eq!(xml.matches("<failure ").count(), 3, "{xml}");
@@ -773,4 +774,128 @@ fn test_bad_input_exits_2() {
     let out = bookend(&["test", "src"]);
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("no test file found"));
+}
+
+/// `-o decisions`: one identified JSON line per TaskRun, in input order, denied ones included,
+/// each carrying the patch that `-o patch` prints.
+#[test]
+fn render_decisions_identify_every_taskrun_denied_ones_included() {
+    let list = "apiVersion: v1\nkind: List\nitems:\n- apiVersion: tekton.dev/v1\n  kind: TaskRun\n  metadata: {name: ok, namespace: team-a}\n  spec:\n    taskSpec:\n      steps: [{name: build, image: alpine}]\n- apiVersion: tekton.dev/v1\n  kind: TaskRun\n  metadata: {name: sneaky, namespace: team-a}\n  spec:\n    taskSpec:\n      steps: [{name: bookend-mine, image: alpine}]\n---\napiVersion: tekton.dev/v1\nkind: TaskRun\nmetadata: {name: elsewhere, namespace: ci}\nspec:\n  taskSpec:\n    steps: [{name: build, image: alpine}]\n";
+    let args = ["render", "--policies", "examples/policies", "-f", "-"];
+    let out = bookend_stdin(&[&args[..], &["-o", "decisions"]].concat(), list);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stderr));
+    let lines: Vec<Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    let ids: Vec<(String, u64, Option<u64>, String, String)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["file"].as_str().unwrap().to_owned(),
+                l["document"].as_u64().unwrap(),
+                l["item"].as_u64(),
+                l["name"].as_str().unwrap().to_owned(),
+                l["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            ("-".into(), 1, Some(1), "ok".into(), "mutated".into()),
+            ("-".into(), 1, Some(2), "sneaky".into(), "denied".into()),
+            ("-".into(), 2, None, "elsewhere".into(), "admitted".into()),
+        ]
+    );
+    assert!(
+        lines[1]["message"]
+            .as_str()
+            .unwrap()
+            .contains("spec.taskSpec.steps[0].name"),
+        "{}",
+        lines[1]
+    );
+    assert_eq!(lines[1]["patch"], serde_json::json!([]));
+    assert!(lines[0].get("message").is_none());
+    let sbom = lines[0]["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["policy"] == "ClusterStepPolicy/org-sbom")
+        .expect("org-sbom explained");
+    assert_eq!(sbom["verdict"], "matched");
+    assert_eq!(sbom["mode"], "Enforce");
+    // The same patches as `-o patch`, which leaves the denied TaskRun out.
+    let patches = bookend_stdin(&[&args[..], &["-o", "patch"]].concat(), list);
+    let patches: Vec<Value> = text(&patches.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(
+        patches,
+        [lines[0]["patch"].clone(), lines[2]["patch"].clone()]
+    );
+}
+
+/// A policy with several problems gets one line per problem, not only the first.
+#[test]
+fn validate_reports_every_problem_of_a_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("bad.yaml"),
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: bad}\nspec:\n  mode: Enforced\n  postStepsRun: Sometimes\n  preSteps:\n  - {name: bookend-a, image: alpine, imagee: x, workingDir: 5}\n",
+    )
+    .unwrap();
+    let out = bookend(&["validate", "--policies", dir.path().to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    for field in [
+        "spec.mode: unknown variant `Enforced`",
+        "spec.postStepsRun: unknown variant `Sometimes`",
+        "spec.preSteps[0].imagee: unknown field",
+        "spec.preSteps[0].workingDir: invalid type",
+    ] {
+        assert!(
+            stdout.contains(&format!("ClusterStepPolicy/bad: {field}")),
+            "{field} missing in\n{stdout}"
+        );
+    }
+    assert!(
+        text(&out.stderr).contains("invalid: 4 problems"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// Every subcommand's help ends with examples and its exit codes.
+#[test]
+fn every_help_has_examples_and_exit_codes() {
+    for command in [
+        "serve",
+        "render",
+        "validate",
+        "test",
+        "certs",
+        "crds",
+        "version",
+        "completions",
+    ] {
+        let out = bookend(&[command, "--help"]);
+        assert_eq!(out.status.code(), Some(0), "{command}");
+        let help = text(&out.stdout);
+        let examples = help
+            .find("\nExamples:\n  ")
+            .unwrap_or_else(|| panic!("{command}: {help}"));
+        let codes = help
+            .find("\nExit codes: 0")
+            .unwrap_or_else(|| panic!("{command}: {help}"));
+        assert!(examples < codes, "{command}: {help}");
+        // The examples are this command's.
+        assert!(
+            help[examples..codes].contains(&format!("bookend {command}")),
+            "{command}: {help}"
+        );
+    }
 }

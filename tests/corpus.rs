@@ -141,7 +141,7 @@ fn corpus_with_example_policies() {
                     denials.push(format!("{at}: {}", d.message.unwrap()));
                     continue;
                 }
-                Outcome::Allowed => {
+                Outcome::Admitted => {
                     allowed += 1;
                     assert!(d.patch.is_empty(), "{at}");
                     assert_eq!(&d.object, doc, "{at}");
@@ -227,7 +227,7 @@ fn corpus_with_example_policies() {
                 );
                 assert_eq!(
                     second.outcome,
-                    Outcome::Allowed,
+                    Outcome::Admitted,
                     "{at} ({label}): {:?} {:?}",
                     second.message,
                     second.patch

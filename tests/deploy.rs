@@ -516,12 +516,14 @@ fn the_cluster_role_is_least_privilege() {
         "taskruns".to_owned(),
         "get".to_owned(),
     ));
-    for verb in ["get", "create", "update"] {
-        expected.insert((
-            "wgpolicyk8s.io".to_owned(),
-            "policyreports".to_owned(),
-            verb.to_owned(),
-        ));
+    // Reports with policyReports.api=auto: whichever of the two APIs the cluster serves.
+    for (group, resource) in [
+        ("wgpolicyk8s.io", "policyreports"),
+        ("openreports.io", "reports"),
+    ] {
+        for verb in ["get", "create", "update"] {
+            expected.insert((group.to_owned(), resource.to_owned(), verb.to_owned()));
+        }
     }
     for resource in ["clustersteppolicies/status", "steppolicies/status"] {
         expected.insert((

@@ -450,3 +450,251 @@ fn every_series_the_rules_and_the_dashboard_read_is_exported() {
         assert!(read.contains(family), "nothing reads {family}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Series as prometheus-operator scrapes them
+
+/// The target labels prometheus-operator gives a ServiceMonitor endpoint's targets (its
+/// generated scrape config: job from the Service, namespace, service, pod, container, the
+/// Service port's name as `endpoint`, and instance).
+fn operator_target_labels(pod: &str) -> BTreeMap<String, String> {
+    [
+        ("job", "bookend"),
+        ("namespace", "bookend-system"),
+        ("service", "bookend"),
+        ("pod", pod),
+        ("container", "bookend"),
+        ("endpoint", "http-admin"),
+        (
+            "instance",
+            if pod.ends_with('a') {
+                "10.0.0.1:8080"
+            } else {
+                "10.0.0.2:8080"
+            },
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect()
+}
+
+/// A scraped series' labels, by Prometheus's `honor_labels` rule: true keeps the exposed value
+/// where it clashes with a target label; false keeps the target's and renames the exposed one
+/// to `exported_<name>`.
+fn scraped(
+    exposed: &BTreeMap<String, String>,
+    target: &BTreeMap<String, String>,
+    honor_labels: bool,
+) -> BTreeMap<String, String> {
+    let mut labels = target.clone();
+    for (k, v) in exposed {
+        if target.contains_key(k) && !honor_labels {
+            labels.insert(format!("exported_{k}"), v.clone());
+        } else {
+            labels.insert(k.clone(), v.clone());
+        }
+    }
+    labels
+}
+
+fn series_text(name: &str, labels: &BTreeMap<String, String>) -> String {
+    let body: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v:?}")).collect();
+    format!("{name}{{{}}}", body.join(", "))
+}
+
+/// What a real bookend exports for `bookend_admission_requests_total` after a mutation, a
+/// denial and a malformed review (the label sets, not the values).
+fn exported_request_label_sets() -> Vec<BTreeMap<String, String>> {
+    let tmp = tempfile::tempdir().unwrap();
+    let serve = Serve::start(tmp.path());
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let client = reqwest::Client::builder()
+            .tls_built_in_root_certs(false)
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(&std::fs::read(&serve.ca).unwrap()).unwrap(),
+            )
+            .timeout(Duration::from_secs(20))
+            .build()
+            .unwrap();
+        for (path, body) in [
+            ("/mutate", review(false).to_string()),
+            ("/validate", review(false).to_string()),
+            ("/mutate", "{\"not\": \"a review\"}".into()),
+        ] {
+            let url = format!("https://127.0.0.1:{}{path}", serve.port);
+            client.post(url).body(body).send().await.unwrap();
+        }
+    });
+    let (_, text) = serve.get("/metrics").expect("/metrics");
+    parse_metrics(&text)
+        .remove("bookend_admission_requests_total")
+        .expect("bookend_admission_requests_total")
+}
+
+/// promtool unit tests over bookend's series as prometheus-operator scrapes two replicas: the
+/// BookendBadRequests alert and the dashboard's requests-by-endpoint panel must name bookend's
+/// endpoints (`mutate`, `validate`), not the scrape endpoint.
+fn operator_scrape_tests(
+    rule: &Value,
+    label_sets: &[BTreeMap<String, String>],
+    honor_labels: bool,
+) -> String {
+    let mut input = Vec::new();
+    for pod in ["bookend-a", "bookend-b"] {
+        for exposed in label_sets {
+            let labels = scraped(exposed, &operator_target_labels(pod), honor_labels);
+            // One request a second on each series.
+            input.push(json!({
+                "series": series_text("bookend_admission_requests_total", &labels),
+                "values": "0+60x30",
+            }));
+        }
+    }
+    // The alert, with its annotations as Prometheus expands them for endpoint "mutate".
+    let alert = rule["spec"]["groups"][0]["rules"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["alert"] == "BookendBadRequests")
+        .expect("BookendBadRequests");
+    let annotations: BTreeMap<String, String> = alert["annotations"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                v.as_str()
+                    .unwrap()
+                    .replace("{{ $labels.endpoint }}", "mutate"),
+            )
+        })
+        .collect();
+    let errors: BTreeSet<&str> = label_sets
+        .iter()
+        .filter(|l| l["outcome"] == "error")
+        .map(|l| l["endpoint"].as_str())
+        .collect();
+    assert_eq!(errors, ["mutate"].into(), "the malformed review's endpoint");
+    // The panel, and what it must show: per (endpoint, outcome), two replicas at 1/s per series.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("charts/bookend/files/dashboards/bookend.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let panel_expr = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|p| p["targets"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t["expr"].as_str().map(str::to_owned))
+        .find(|e| e.contains("sum by (endpoint, outcome)"))
+        .expect("the requests-by-endpoint panel")
+        .replace("$__rate_interval", "2m")
+        .replace("$namespace", "bookend-system");
+    let mut per_group: BTreeMap<(String, String), u32> = BTreeMap::new();
+    for l in label_sets {
+        *per_group
+            .entry((l["endpoint"].clone(), l["outcome"].clone()))
+            .or_default() += 2;
+    }
+    let expected: Vec<Value> = per_group
+        .iter()
+        .map(|((endpoint, outcome), n)| {
+            json!({"labels": format!("{{endpoint={endpoint:?}, outcome={outcome:?}}}"), "value": n})
+        })
+        .collect();
+    let tests = json!({
+        "rule_files": ["rules.yaml"],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": input,
+            "alert_rule_test": [{
+                "eval_time": "20m",
+                "alertname": "BookendBadRequests",
+                "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "namespace": "bookend-system", "endpoint": "mutate"},
+                    "exp_annotations": annotations,
+                }],
+            }],
+            "promql_expr_test": [{
+                "expr": panel_expr,
+                "eval_time": "20m",
+                "exp_samples": expected,
+            }],
+        }],
+    });
+    serde_yaml_ng::to_string(&tests).unwrap()
+}
+
+/// The shipped ServiceMonitor sets honorLabels, so under prometheus-operator's target labels
+/// bookend's own `endpoint` survives and the alerts and panels grouped by it still tell
+/// /mutate from /validate; without honorLabels the very same tests fail (every series becomes
+/// endpoint="http-admin", bookend's value moves to exported_endpoint).
+#[test]
+fn alerts_and_panels_group_by_endpoint_under_operator_scrape_labels() {
+    let monitor = {
+        let out = Command::new(common::e2e_tool("helm"))
+            .args([
+                "template",
+                "bookend",
+                "charts/bookend",
+                "--namespace",
+                "bookend-system",
+                "-f",
+                "charts/bookend/ci/monitoring-values.yaml",
+                "--show-only",
+                "templates/servicemonitor.yaml",
+            ])
+            .current_dir(root())
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        yaml_documents(&String::from_utf8(out.stdout).unwrap())
+            .unwrap()
+            .remove(0)
+    };
+    let endpoint = &monitor["spec"]["endpoints"][0];
+    assert_eq!(
+        endpoint["port"], "http-admin",
+        "the target label endpoint is this port's name"
+    );
+    let shipped_honor = endpoint["honorLabels"].as_bool().unwrap_or(false);
+
+    let rule = rendered_rule();
+    let label_sets = exported_request_label_sets();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("rules.yaml"),
+        serde_yaml_ng::to_string(&rule["spec"]).unwrap(),
+    )
+    .unwrap();
+    let run = |honor: bool| {
+        let file = format!("operator-scrape-honor-{honor}.yaml");
+        std::fs::write(
+            dir.path().join(&file),
+            operator_scrape_tests(&rule, &label_sets, honor),
+        )
+        .unwrap();
+        promtool(&["test", "rules", &file], dir.path())
+    };
+    let (ok, out) = run(shipped_honor);
+    assert!(
+        ok,
+        "with the shipped ServiceMonitor (honorLabels {shipped_honor}) the alert and the panel \
+         must group by bookend's endpoints:\n{out}"
+    );
+    let (ok, out) = run(false);
+    assert!(
+        !ok,
+        "without honorLabels the endpoint grouping must collapse (else this test proves nothing)"
+    );
+    assert!(
+        out.contains("http-admin"),
+        "collapsed onto the scrape endpoint:\n{out}"
+    );
+}

@@ -146,7 +146,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
         Err(reason) => return bad_request(summary, reason),
     };
     if route == Route::TaskRun(TaskRunCheck::Backstop { hand_over: true })
-        && answer.outcome == Outcome::Allowed
+        && answer.outcome == Outcome::Admitted
     {
         summary.admitted = request.object.take().map(|ObjectIn(object)| Admitted {
             object,
@@ -299,7 +299,7 @@ struct Answer {
 impl Answer {
     fn allow() -> Self {
         Self {
-            outcome: Outcome::Allowed,
+            outcome: Outcome::Admitted,
             message: None,
             patch: None,
             warnings: Vec::new(),
@@ -330,7 +330,13 @@ fn request_object(request: &RequestIn) -> Result<&Value, String> {
 fn policy_object(object: &Value, set: &PolicySet) -> Answer {
     let doc: PolicyDoc = match policy_from_value("request", "object", object.clone()) {
         Ok(d) => d,
-        Err(issue) => return Answer::deny(format!("bookend: {}: {}", issue.path, issue.message)),
+        Err(issues) => {
+            let lines: Vec<String> = issues
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect();
+            return Answer::deny(format!("bookend: {}", lines.join("; ")));
+        }
     };
     let mut errors = validate::check_policy(&doc.id, &doc.spec, set.settings());
     errors.extend(set.conflicts(&doc.id, &doc.spec));

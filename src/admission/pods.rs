@@ -451,7 +451,7 @@ mod tests {
             &set(),
             &Catalog::default(),
         );
-        assert_eq!(reply.summary.outcome, Some(Outcome::Allowed));
+        assert_eq!(reply.summary.outcome, Some(Outcome::Admitted));
         assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }
 }

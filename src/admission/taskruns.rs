@@ -89,7 +89,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
             warnings,
             ..Answer::deny(message.unwrap_or_default())
         },
-        Outcome::Allowed => Answer {
+        Outcome::Admitted => Answer {
             warnings,
             audit_annotations,
             ..Answer::allow()
@@ -113,7 +113,7 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
 fn backstop_answer(object: &Value, decision: Decision) -> Answer {
     match decision.outcome {
         Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
-        Outcome::Allowed => Answer::allow(),
+        Outcome::Admitted => Answer::allow(),
         Outcome::Mutated => {
             let spec_changes: Vec<String> = decision
                 .patch

@@ -370,7 +370,7 @@ fn the_backstop_hands_over_the_admitted_taskrun_for_events_and_reports() {
     injected["metadata"]["name"] = json!("x-7f2kq");
     injected["metadata"]["uid"] = json!("2b9c7b8e-0000-4000-8000-000000000001");
     let reply = validate(&create(injected.clone()));
-    assert_eq!(reply.summary.outcome, Some(Outcome::Allowed));
+    assert_eq!(reply.summary.outcome, Some(Outcome::Admitted));
     let admitted = reply.summary.admitted.expect("an admitted TaskRun");
     assert_eq!(admitted.object, injected);
     assert_eq!(admitted.namespace, "team-a");

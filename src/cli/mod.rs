@@ -35,25 +35,97 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the admission webhook (HTTPS) and the admin endpoints (HTTP).
+    #[command(after_help = help::SERVE)]
     Serve(ServeArgs),
     /// Apply the policies to the TaskRuns in a file, exactly as the webhook would.
+    #[command(after_help = help::RENDER)]
     Render(RenderArgs),
     /// Check policies; prints `file: policy: field.path: message` for each problem.
+    #[command(after_help = help::VALIDATE)]
     Validate(ValidateArgs),
     /// Run declarative policy tests: expected decisions for TaskRuns, as the webhook makes them.
+    #[command(after_help = help::TEST)]
     Test(TestArgs),
     /// Write a development CA and serving certificate.
+    #[command(after_help = help::CERTS)]
     Certs(CertsArgs),
     /// Print the CustomResourceDefinitions of the policy kinds.
+    #[command(after_help = help::CRDS)]
     Crds,
     /// Print the release, the commit it was built from and the Tekton and Kubernetes versions
     /// its tests run.
+    #[command(after_help = help::VERSION)]
     Version,
     /// Print a shell completion script, e.g. `source <(bookend completions bash)`.
+    #[command(after_help = help::COMPLETIONS)]
     Completions {
         /// bash, zsh, fish, powershell or elvish.
         shell: clap_complete::Shell,
     },
+}
+
+/// Examples and exit codes, shown after each subcommand's options (`bookend <command> --help`).
+mod help {
+    pub const SERVE: &str = "\
+Examples:
+  bookend serve                                  # examples/policies, dev certificate in certs/
+  bookend serve --policies policies/ --tls-cert tls.crt --tls-key tls.key --listen 0.0.0.0:8443
+  bookend serve --source kubernetes              # policies and Tasks from the cluster (in a Pod)
+
+Exit codes: 0 stopped cleanly (SIGTERM/SIGINT, after draining); 2 could not start (bad flags,
+unreadable certificate, port in use).";
+
+    pub const RENDER: &str = "\
+Examples:
+  bookend render --policies examples/policies -f examples/taskruns/build.yaml --explain
+  bookend render --policies policies/ -f taskruns/ -o patch
+  kubectl get taskruns -n team-a -o yaml | bookend render --policies policies/ -f - -o decisions
+  bookend render --policies policies/ -f run.yaml --tasks tasks/ --namespace-labels team=a
+
+Exit codes: 0 every TaskRun admitted; 1 one was denied (the reason on stderr); 2 bad input or
+usage (unreadable file, invalid policies, no TaskRun in the input).";
+
+    pub const VALIDATE: &str = "\
+Examples:
+  bookend validate --policies examples/policies
+  bookend validate --policies policies/ --policies team-a/policies.yaml
+
+Exit codes: 0 every policy is valid; 1 a policy is invalid (one `file: policy: field.path:
+message` line per problem on stdout); 2 a path cannot be read or holds no policy.";
+
+    pub const TEST: &str = "\
+Examples:
+  bookend test examples/
+  bookend test policies/tests/bookend-test.yaml --junit report.xml
+
+Exit codes: 0 every case passed; 1 a case failed (a diff per failure); 2 bad input (an unreadable
+or invalid test file, invalid policies, a TaskRun not in the resources).";
+
+    pub const CERTS: &str = "\
+Examples:
+  bookend certs --host 127.0.0.1 --host localhost
+  bookend certs --out-dir certs/ --host bookend.bookend-system.svc --days 90 --force
+
+Exit codes: 0 written; 2 bad input, or a CA already in the directory without --force.";
+
+    pub const CRDS: &str = "\
+Examples:
+  bookend crds | kubectl apply --server-side -f -
+
+Exit codes: 0.";
+
+    pub const VERSION: &str = "\
+Examples:
+  bookend version
+
+Exit codes: 0.";
+
+    pub const COMPLETIONS: &str = "\
+Examples:
+  source <(bookend completions bash)
+  bookend completions zsh > \"${fpath[1]}/_bookend\"
+
+Exit codes: 0; 2 an unknown shell.";
 }
 
 /// Settings shared by every command that runs the engine.

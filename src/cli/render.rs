@@ -4,11 +4,13 @@ use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
+use serde::Serialize;
 use serde_json::Value;
 
 use super::{EngineArgs, exit};
 use crate::engine::{self, Catalog, Lookup, Outcome, Request, refuses_inline_task_spec};
 use crate::patch::Operation;
+use crate::policy::api::Mode;
 use crate::policy::load::yaml_documents;
 use crate::policy::select::Labels;
 use crate::policy::{PolicySet, Settings};
@@ -26,7 +28,9 @@ pub struct RenderArgs {
     /// stdin. Repeatable; rendered in the order given.
     #[arg(short = 'f', long = "filename", required = true)]
     pub file: Vec<PathBuf>,
-    /// Output: the admitted objects as YAML or JSON, or one JSON patch per TaskRun per line.
+    /// Output: the admitted objects as YAML or JSON; one JSON patch per admitted TaskRun per
+    /// line (`patch`); or one JSON decision per TaskRun per line, denied ones included
+    /// (`decisions`: input, outcome, message, warnings, policies, patch; docs/cli.md).
     #[arg(short = 'o', long, value_enum, default_value_t = OutputFormat::Yaml)]
     pub output: OutputFormat,
     /// Namespace the TaskRuns are created in (default: their metadata.namespace, else
@@ -60,6 +64,52 @@ pub enum OutputFormat {
     Yaml,
     Json,
     Patch,
+    Decisions,
+}
+
+/// Where an input document came from: the file (`-` for stdin), the document in it (1-based)
+/// and, for an item of a `kind: List`, its position (1-based; nested Lists: the innermost).
+#[derive(Clone, Debug, Serialize)]
+pub struct InputId {
+    pub file: String,
+    pub document: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<usize>,
+}
+
+/// One input document and where it came from.
+#[derive(Debug)]
+struct Input {
+    id: InputId,
+    value: Value,
+}
+
+/// One line of `-o decisions`: a TaskRun and what bookend decided for it.
+#[derive(Serialize)]
+struct DecisionLine<'a> {
+    #[serde(flatten)]
+    input: &'a InputId,
+    kind: &'static str,
+    namespace: &'a str,
+    /// metadata.name, or metadata.generateName when the name is left to the API server.
+    name: String,
+    /// `mutated`, `admitted` (unchanged) or `denied`.
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    message: Option<&'a str>,
+    warnings: &'a [String],
+    /// Every policy that could apply: whether it matched and why.
+    policies: Vec<PolicyLine>,
+    /// The RFC 6902 patch (empty unless mutated).
+    patch: &'a [Operation],
+}
+
+#[derive(Serialize)]
+struct PolicyLine {
+    policy: String,
+    mode: &'static str,
+    verdict: String,
+    why: String,
 }
 
 fn parse_labels(text: &str) -> Result<Labels, String> {
@@ -126,7 +176,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         Ok(s) => s,
         Err(code) => return code,
     };
-    let docs = match read_inputs(&args.file) {
+    let inputs = match read_inputs(&args.file) {
         Ok(d) => d,
         Err(e) => {
             eprintln!("error: {e}");
@@ -141,7 +191,8 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         }
     };
     let default_ns = args.namespace.as_deref().unwrap_or("default");
-    catalog.add_objects(&docs, default_ns);
+    let values: Vec<Value> = inputs.iter().map(|i| i.value.clone()).collect();
+    catalog.add_objects(&values, default_ns);
     if let Some(kinds) = &args.disable_inline_spec {
         catalog.inline_task_spec_refused = refuses_inline_task_spec(kinds);
     }
@@ -151,10 +202,12 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     };
 
     let mut code = exit::OK;
-    let mut outputs = Vec::with_capacity(docs.len());
+    let mut outputs = Vec::with_capacity(inputs.len());
     let mut patches = Vec::new();
+    let mut lines = Vec::new();
     let mut taskruns = 0;
-    for doc in &docs {
+    for input in &inputs {
+        let doc = &input.value;
         let Some(view) = TaskRunView::new(doc) else {
             outputs.push(doc.clone());
             continue;
@@ -171,9 +224,11 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
             dry_run: args.dry_run,
         };
         let label = format!("TaskRun {namespace}/{}", view.display_name());
-        if args.explain {
+        let explained = (args.explain || args.output == OutputFormat::Decisions)
+            .then(|| engine::explain(request, &set, &lookup));
+        if let (true, Some(explained)) = (args.explain, &explained) {
             eprintln!("{label}:");
-            for e in engine::explain(request, &set, &lookup) {
+            for e in explained {
                 eprintln!("  {} ({:?}): {}: {}", e.policy, e.mode, e.verdict, e.why);
             }
         }
@@ -187,6 +242,32 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
                 decision.outcome.as_str(),
                 decision.patch.len()
             );
+        }
+        if args.output == OutputFormat::Decisions {
+            let line = DecisionLine {
+                input: &input.id,
+                kind: "TaskRun",
+                namespace,
+                name: view.display_name(),
+                outcome: decision.outcome.as_str(),
+                message: decision.message.as_deref(),
+                warnings: &decision.warnings,
+                policies: explained
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|e| PolicyLine {
+                        policy: e.policy,
+                        mode: match e.mode {
+                            Mode::Enforce => "Enforce",
+                            Mode::Audit => "Audit",
+                        },
+                        verdict: e.verdict.to_string(),
+                        why: e.why,
+                    })
+                    .collect(),
+                patch: &decision.patch,
+            };
+            lines.push(serde_json::to_string(&line).unwrap_or_default());
         }
         match decision.outcome {
             Outcome::Denied => {
@@ -207,7 +288,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         eprintln!("error: {}: no TaskRun found", named.join(", "));
         return exit::USAGE;
     }
-    if let Err(e) = write_output(args.output, &outputs, &patches) {
+    if let Err(e) = write_output(args.output, &outputs, &patches, &lines) {
         eprintln!("error: cannot write output: {e}");
         return exit::USAGE;
     }
@@ -215,8 +296,8 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
 }
 
 /// Every document of the inputs, in the order given (a directory's files sorted).
-fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Value>, String> {
-    let mut docs = Vec::new();
+fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Input>, String> {
+    let mut inputs = Vec::new();
     for path in paths {
         let files = if path.as_os_str() == "-" || !path.is_dir() {
             vec![path.clone()]
@@ -226,24 +307,34 @@ fn read_inputs(paths: &[PathBuf]) -> Result<Vec<Value>, String> {
         };
         for file in files {
             let text = read_input(&file)?;
-            for doc in yaml_documents(&text).map_err(|e| format!("{}: {e}", file.display()))? {
-                unpack_lists(doc, &mut docs);
+            let docs = yaml_documents(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+            for (i, doc) in docs.into_iter().enumerate() {
+                let id = InputId {
+                    file: file.display().to_string(),
+                    document: i + 1,
+                    item: None,
+                };
+                unpack_lists(id, doc, &mut inputs);
             }
         }
     }
-    Ok(docs)
+    Ok(inputs)
 }
 
 /// `kind: List` (what `kubectl get taskruns -o yaml` prints) is its items, nested Lists too.
-fn unpack_lists(doc: Value, into: &mut Vec<Value>) {
+fn unpack_lists(id: InputId, doc: Value, into: &mut Vec<Input>) {
     if doc.get("kind").and_then(Value::as_str) == Some("List") {
         if let Some(Value::Array(items)) = doc.get("items").cloned() {
-            for item in items {
-                unpack_lists(item, into);
+            for (j, item) in items.into_iter().enumerate() {
+                let id = InputId {
+                    item: Some(j + 1),
+                    ..id.clone()
+                };
+                unpack_lists(id, item, into);
             }
         }
     } else {
-        into.push(doc);
+        into.push(Input { id, value: doc });
     }
 }
 
@@ -263,6 +354,7 @@ fn write_output(
     format: OutputFormat,
     outputs: &[Value],
     patches: &[Vec<Operation>],
+    decisions: &[String],
 ) -> std::io::Result<()> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -288,6 +380,11 @@ fn write_output(
             for patch in patches {
                 serde_json::to_writer(&mut out, patch)?;
                 writeln!(out)?;
+            }
+        }
+        OutputFormat::Decisions => {
+            for line in decisions {
+                writeln!(out, "{line}")?;
             }
         }
     }

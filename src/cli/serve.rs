@@ -28,6 +28,17 @@ pub enum PodBackstopArg {
     Warn,
 }
 
+/// `--policy-report-api`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ReportApiArg {
+    /// wgpolicyk8s.io/v1alpha2 PolicyReport.
+    Wgpolicyk8s,
+    /// openreports.io/v1alpha1 Report.
+    Openreports,
+    /// Whichever the API server serves, openreports first (looked up again every 30 s).
+    Auto,
+}
+
 const DEFAULT_TLS_CERT: &str = "certs/tls.crt";
 const DEFAULT_TLS_KEY: &str = "certs/tls.key";
 
@@ -92,10 +103,14 @@ pub struct ServeArgs {
     /// skipped). `--taskrun-events=false` turns them off; Events on policies stay.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_TASKRUN_EVENTS")]
     pub taskrun_events: bool,
-    /// Kubernetes mode: write Audit policies' results to a PolicyReport per namespace
-    /// (wgpolicyk8s.io/v1alpha2), when that CRD is installed.
+    /// Kubernetes mode: write Audit policies' results to a report per namespace, when the
+    /// report CRD is installed (--policy-report-api).
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_POLICY_REPORTS")]
     pub policy_reports: bool,
+    /// Which API carries the reports: wgpolicyk8s.io/v1alpha2 PolicyReports, openreports.io/v1alpha1
+    /// Reports, or auto (whichever is served, openreports first).
+    #[arg(long, value_enum, default_value_t = ReportApiArg::Auto, value_name = "API")]
+    pub policy_report_api: ReportApiArg,
     /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
     #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
     pub policy_report_max_results: usize,
@@ -113,23 +128,15 @@ fn parse_report_limit(text: &str) -> Result<usize, String> {
     }
 }
 
-/// Parses `250ms`, `5s`, `2m` or a bare number of seconds.
+/// Durations as Kubernetes and Go write them — `500ms`, `5s`, `1m30s`, `2h` — parsed by
+/// humantime (which also reads `1min 30s`); a bare number is seconds.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration such as 500ms, 5s or 1m"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        _ => return Err(format!("{text:?}: unit must be ms, s or m")),
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+    if let Ok(seconds) = text.parse::<f64>() {
+        return Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"));
+    }
+    humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration such as 500ms, 5s, 1m30s or 2h: {e}"))
 }
 
 /// A flag whose file cannot be read.
@@ -169,6 +176,11 @@ impl ServeArgs {
                     taskrun_events: self.taskrun_events,
                     policy_reports: self.policy_reports,
                     report_limit: self.policy_report_max_results,
+                    report_api: match self.policy_report_api {
+                        ReportApiArg::Wgpolicyk8s => crate::reports::ReportApiChoice::WgPolicyK8s,
+                        ReportApiArg::Openreports => crate::reports::ReportApiChoice::OpenReports,
+                        ReportApiArg::Auto => crate::reports::ReportApiChoice::Auto,
+                    },
                 }),
             },
             settings: self.engine.settings(),
@@ -287,6 +299,15 @@ mod tests {
         let default = parse(&[]);
         assert!(default.taskrun_events && default.policy_reports);
         assert_eq!(default.policy_report_max_results, 200);
+        assert_eq!(default.policy_report_api, ReportApiArg::Auto);
+        for (text, api) in [
+            ("wgpolicyk8s", ReportApiArg::Wgpolicyk8s),
+            ("openreports", ReportApiArg::Openreports),
+            ("auto", ReportApiArg::Auto),
+        ] {
+            let flag = format!("--policy-report-api={text}");
+            assert_eq!(parse(&[&flag]).policy_report_api, api);
+        }
         let off = parse(&[
             "--taskrun-events=false",
             "--policy-reports=false",
@@ -310,7 +331,11 @@ mod tests {
         assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("3").unwrap(), Duration::from_secs(3));
-        assert!(parse_duration("5h").is_err());
+        assert_eq!(parse_duration("1m30s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2h").unwrap(), Duration::from_secs(7200));
+        assert_eq!(parse_duration("0.5").unwrap(), Duration::from_millis(500));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
         assert!(parse_duration("soon").is_err());
     }
 }

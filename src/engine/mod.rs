@@ -89,8 +89,9 @@ pub struct Request<'a> {
 /// The answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Admitted unchanged.
-    Allowed,
+    /// Admitted unchanged. (`admitted` is the word for it everywhere bookend speaks — CLI,
+    /// metrics, logs, reports; `allowed` only as the AdmissionReview field.)
+    Admitted,
     /// Admitted with a patch.
     Mutated,
     /// Refused.
@@ -100,7 +101,7 @@ pub enum Outcome {
 impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
-            Self::Allowed => "allowed",
+            Self::Admitted => "admitted",
             Self::Mutated => "mutated",
             Self::Denied => "denied",
         }
@@ -144,7 +145,7 @@ impl Decision {
     /// A decision to allow, with `object` `Null`.
     fn empty() -> Self {
         Self {
-            outcome: Outcome::Allowed,
+            outcome: Outcome::Admitted,
             patch: Vec::new(),
             object: Value::Null,
             message: None,

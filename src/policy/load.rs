@@ -104,7 +104,7 @@ pub fn policy_set_from_objects(source: &str, objects: &[Value], settings: Settin
             .to_owned();
         match policy_from_value(source, &label, object.clone()) {
             Ok(doc) => docs.push(doc),
-            Err(issue) => issues.push(issue),
+            Err(found) => issues.extend(found),
         }
     }
     LoadedSet::build(docs, issues, settings)
@@ -202,7 +202,7 @@ fn parse_stream(source: &str, text: &str) -> Stream {
         }
         match policy_from_value(source, &label, value) {
             Ok(doc) => docs.push(doc),
-            Err(issue) => issues.push(issue),
+            Err(found) => issues.extend(found),
         }
     }
     (docs, issues, skipped)
@@ -210,7 +210,7 @@ fn parse_stream(source: &str, text: &str) -> Stream {
 
 /// Reads one policy object (from a file or the API server). `label` names it in errors when it
 /// has no usable kind and name.
-pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<PolicyDoc, Issue> {
+pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<PolicyDoc, Vec<Issue>> {
     let issue = |policy: &str, path: &str, message: String| Issue {
         source: source.to_owned(),
         policy: policy.to_owned(),
@@ -218,8 +218,9 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
         message,
         kind: IssueKind::Invalid,
     };
+    let one = |i: Issue| vec![i];
     let Value::Object(mut object) = value else {
-        return Err(issue(label, "-", "not a YAML mapping".to_owned()));
+        return Err(one(issue(label, "-", "not a YAML mapping".to_owned())));
     };
     let kind = object
         .get("kind")
@@ -231,20 +232,20 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
         .and_then(Value::as_str)
         .unwrap_or_default();
     if kind != "ClusterStepPolicy" && kind != "StepPolicy" {
-        return Err(issue(
+        return Err(one(issue(
             label,
             "kind",
             format!(
                 "kind {kind:?} is not a bookend policy (expected ClusterStepPolicy or StepPolicy)"
             ),
-        ));
+        )));
     }
     if api_version != API_VERSION {
-        return Err(issue(
+        return Err(one(issue(
             label,
             "apiVersion",
             format!("apiVersion {api_version:?} is not supported; use {API_VERSION:?}"),
-        ));
+        )));
     }
     let meta = object.get("metadata").cloned().unwrap_or(Value::Null);
     let name = meta
@@ -253,11 +254,11 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
         .unwrap_or_default()
         .to_owned();
     if name.is_empty() {
-        return Err(issue(
+        return Err(one(issue(
             &format!("{kind} ({label})"),
             "metadata.name",
             "missing field(s): a policy needs a name".to_owned(),
-        ));
+        )));
     }
     let namespace = meta
         .get("namespace")
@@ -270,25 +271,22 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
             name,
         },
         (_, None) => {
-            return Err(issue(
+            return Err(one(issue(
                 &format!("StepPolicy/{name}"),
                 "metadata.namespace",
                 "missing field(s): a StepPolicy applies to its own namespace, so it needs one"
                     .to_owned(),
-            ));
+            )));
         }
     };
     let spec_value = object
         .remove("spec")
         .unwrap_or(Value::Object(Default::default()));
-    let spec: StepPolicySpec = serde_path_to_error::deserialize(spec_value).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." {
-            "spec".to_owned()
-        } else {
-            format!("spec.{path}")
-        };
-        issue(&id.to_string(), &path, e.into_inner().to_string())
+    let spec = read_spec(spec_value).map_err(|errors| {
+        errors
+            .into_iter()
+            .map(|(path, message)| issue(&id.to_string(), &path, message))
+            .collect::<Vec<_>>()
     })?;
     Ok(PolicyDoc {
         id,
@@ -300,6 +298,70 @@ pub fn policy_from_value(source: &str, label: &str, value: Value) -> Result<Poli
             .map(str::to_owned),
         generation: meta.get("generation").and_then(Value::as_i64),
     })
+}
+
+/// At most this many problems are reported per policy spec.
+const MAX_SPEC_ERRORS: usize = 50;
+
+/// Reads a policy's spec, reporting every structural problem (unknown fields, wrong types,
+/// unknown values) rather than the first: serde stops at the first, so each field found wrong
+/// is taken out of a copy and the read repeated. It stops early where taking a value out
+/// would mislead — a whole list item (later indices would shift) or a required field, whose
+/// absence is then reported instead. Paths are `spec.…`.
+fn read_spec(mut spec: Value) -> Result<StepPolicySpec, Vec<(String, String)>> {
+    use serde_path_to_error::Segment;
+    let mut errors = Vec::new();
+    let mut removed: Vec<String> = Vec::new();
+    while errors.len() < MAX_SPEC_ERRORS {
+        let error = match serde_path_to_error::deserialize::<_, StepPolicySpec>(spec.clone()) {
+            Ok(read) if errors.is_empty() => return Ok(read),
+            Ok(_) => break,
+            Err(e) => e,
+        };
+        let segments: Vec<Segment> = error.path().iter().cloned().collect();
+        let path = match error.path().to_string().as_str() {
+            "." => "spec".to_owned(),
+            p => format!("spec.{p}"),
+        };
+        let message = error.into_inner().to_string();
+        // A required field reported missing because its wrong value was taken out: already
+        // reported as wrong.
+        let missing = message
+            .strip_prefix("missing field `")
+            .and_then(|m| m.strip_suffix('`'));
+        if let Some(field) = missing {
+            let field_path = if path == "spec" {
+                format!("spec.{field}")
+            } else {
+                format!("{path}.{field}")
+            };
+            if !removed.contains(&field_path) {
+                errors.push((path, message));
+            }
+            break;
+        }
+        errors.push((path.clone(), message));
+        let Some((Segment::Map { key }, parents)) = segments.split_last() else {
+            break;
+        };
+        let mut at = &mut spec;
+        for segment in parents {
+            let next = match segment {
+                Segment::Map { key } => at.get_mut(key.as_str()),
+                Segment::Seq { index } => at.get_mut(*index),
+                _ => None,
+            };
+            match next {
+                Some(v) => at = v,
+                None => return Err(errors),
+            }
+        }
+        match at.as_object_mut().and_then(|o| o.remove(key.as_str())) {
+            Some(_) => removed.push(path),
+            None => break,
+        }
+    }
+    Err(errors)
 }
 
 #[cfg(test)]
@@ -372,6 +434,48 @@ spec:
                 .starts_with("x.yaml: ClusterStepPolicy/m: spec.mode: unknown variant `Enforced`"),
             "{}",
             issues[0]
+        );
+    }
+
+    #[test]
+    fn every_problem_in_a_policy_is_reported_not_only_the_first() {
+        let text = "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: m}\nspec:\n  mode: Enforced\n  priorty: 3\n  preSteps:\n  - name: bookend-a\n    image: alpine\n    imagee: x\n    workingDir: 5\n";
+        let (docs, issues) = parse_policies("x.yaml", text);
+        assert!(docs.is_empty());
+        let mut found: Vec<String> = issues
+            .iter()
+            .map(|i| format!("{}: {}", i.path, i.message))
+            .collect();
+        found.sort();
+        assert_eq!(found.len(), 4, "{found:#?}");
+        assert!(
+            found[0].starts_with("spec.mode: unknown variant `Enforced`"),
+            "{found:#?}"
+        );
+        assert!(
+            found[1].starts_with("spec.preSteps[0].imagee: unknown field"),
+            "{found:#?}"
+        );
+        assert!(
+            found[2].starts_with("spec.preSteps[0].workingDir: invalid type"),
+            "{found:#?}"
+        );
+        assert!(
+            found[3].starts_with("spec.priorty: unknown field"),
+            "{found:#?}"
+        );
+        // A required field whose value was wrong is not reported again as missing, and a
+        // policy without problems still reads.
+        let (docs, issues) = parse_policies(
+            "x.yaml",
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: m}\nspec: {preSteps: [{name: bookend-a, image: alpine, env: [{name: 5}]}], priorty: 1}\n",
+        );
+        assert!(docs.is_empty());
+        let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+        assert!(!paths.iter().any(|p| p.ends_with("env[0]")), "{issues:?}");
+        assert!(
+            paths.contains(&"spec.preSteps[0].env[0].name"),
+            "{issues:?}"
         );
     }
 

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::{Expression, SelectorExt};
 
 use super::FieldError;
 use super::api::{Criteria, OriginMatch};
@@ -207,57 +208,48 @@ impl fmt::Display for Glob {
 // === impl Selector ===
 
 /// A compiled Kubernetes LabelSelector (matchLabels and matchExpressions, ANDed).
+///
+/// Matching is kube-core's ([`kube::core::Selector`] and its [`Expression`]s); what this type
+/// adds is what kube-core does not do: checking keys, values and operators as the API server
+/// does when the selector is written (kube-core accepts `In` with no values and any key), so a
+/// policy with a selector that could never be written into a Kubernetes object is refused with
+/// the field, and saying which requirement failed, for `render --explain`.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Selector {
-    requirements: Vec<Requirement>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
-    Equals(String, String),
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
+    expressions: Vec<Expression>,
 }
 
 impl Selector {
     /// Compiles and checks a LabelSelector as the API server would.
     pub fn new(selector: &LabelSelector) -> Result<Self, FieldError> {
         let err = |path: String, message: String| FieldError { path, message };
-        let mut requirements = Vec::new();
         for (key, value) in selector.match_labels.iter().flatten() {
             let path = format!("matchLabels[{key}]");
             check_label_key(key).map_err(|m| err(path.clone(), m))?;
             check_label_value(value).map_err(|m| err(path.clone(), m))?;
-            requirements.push(Requirement::Equals(key.clone(), value.clone()));
         }
         for (i, expr) in selector.match_expressions.iter().flatten().enumerate() {
             let path = format!("matchExpressions[{i}]");
             check_label_key(&expr.key).map_err(|m| err(format!("{path}.key"), m))?;
-            let values = expr.values.clone().unwrap_or_default();
+            let values = expr.values.as_deref().unwrap_or_default();
             for (j, v) in values.iter().enumerate() {
                 check_label_value(v).map_err(|m| err(format!("{path}.values[{j}]"), m))?;
             }
-            let key = expr.key.clone();
-            let requirement = match expr.operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => {
+            match (expr.operator.as_str(), values.is_empty()) {
+                ("In" | "NotIn", true) => {
                     return Err(err(
                         format!("{path}.values"),
                         format!("operator {} needs at least one value", expr.operator),
                     ));
                 }
-                "Exists" | "DoesNotExist" if !values.is_empty() => {
+                ("Exists" | "DoesNotExist", false) => {
                     return Err(err(
                         format!("{path}.values"),
                         format!("operator {} takes no values", expr.operator),
                     ));
                 }
-                "In" => Requirement::In(key, values),
-                "NotIn" => Requirement::NotIn(key, values),
-                "Exists" => Requirement::Exists(key),
-                "DoesNotExist" => Requirement::DoesNotExist(key),
-                other => {
+                ("In" | "NotIn" | "Exists" | "DoesNotExist", _) => {}
+                (other, _) => {
                     return Err(err(
                         format!("{path}.operator"),
                         format!(
@@ -265,37 +257,35 @@ impl Selector {
                         ),
                     ));
                 }
-            };
-            requirements.push(requirement);
+            }
         }
-        Ok(Self { requirements })
+        let compiled = kube::core::Selector::try_from(selector.clone())
+            .map_err(|e| err(String::new(), e.to_string()))?;
+        Ok(Self {
+            expressions: compiled.into_iter().collect(),
+        })
     }
 
     /// True for `{}`, which selects everything.
     pub fn is_empty(&self) -> bool {
-        self.requirements.is_empty()
+        self.expressions.is_empty()
     }
 
-    /// Whether the labels `get` returns satisfy every requirement.
-    pub fn holds<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> bool {
-        self.first_unmet(get).is_none()
-    }
-
-    /// The first requirement the labels `get` returns do not satisfy.
-    fn first_unmet<'l>(&self, get: impl Fn(&str) -> Option<&'l str>) -> Option<&Requirement> {
-        self.requirements.iter().find(|r| !r.holds(&get))
+    /// Whether `labels` satisfy every requirement.
+    pub fn holds(&self, labels: &Labels) -> bool {
+        self.expressions.iter().all(|e| e.matches(labels))
     }
 
     /// A label key and the values one of which any selected object must carry under it (from
     /// the first `matchLabels` entry, else the first `In` expression), for indexing.
     pub fn required_label(&self) -> Option<(&str, Vec<&str>)> {
-        let equals = self.requirements.iter().find_map(|r| match r {
-            Requirement::Equals(k, v) => Some((k.as_str(), vec![v.as_str()])),
+        let equals = self.expressions.iter().find_map(|e| match e {
+            Expression::Equal(k, v) => Some((k.as_str(), vec![v.as_str()])),
             _ => None,
         });
         equals.or_else(|| {
-            self.requirements.iter().find_map(|r| match r {
-                Requirement::In(k, vs) => {
+            self.expressions.iter().find_map(|e| match e {
+                Expression::In(k, vs) => {
                     Some((k.as_str(), vs.iter().map(String::as_str).collect()))
                 }
                 _ => None,
@@ -306,38 +296,30 @@ impl Selector {
     /// `Ok(())` when `labels` satisfy every requirement, else why the first one that fails
     /// does (text for `render --explain`).
     pub fn check(&self, labels: &Labels) -> Result<(), String> {
-        match self.first_unmet(|k| labels.get(k).map(String::as_str)) {
+        match self.expressions.iter().find(|e| !e.matches(labels)) {
             None => Ok(()),
-            Some(r) => Err(r.describe_failure(labels)),
+            Some(e) => Err(describe_failure(e, labels)),
         }
     }
 }
 
-impl Requirement {
-    fn holds<'l>(&self, get: &impl Fn(&str) -> Option<&'l str>) -> bool {
-        match self {
-            Requirement::Equals(k, v) => get(k) == Some(v.as_str()),
-            Requirement::In(k, vs) => get(k).is_some_and(|v| vs.iter().any(|x| x == v)),
-            Requirement::NotIn(k, vs) => get(k).is_none_or(|v| !vs.iter().any(|x| x == v)),
-            Requirement::Exists(k) => get(k).is_some(),
-            Requirement::DoesNotExist(k) => get(k).is_none(),
+fn describe_failure(expression: &Expression, labels: &Labels) -> String {
+    let actual = |k: &str| match labels.get(k) {
+        Some(v) => format!("{k}={v}"),
+        None => format!("{k} is not set"),
+    };
+    let list = |vs: &std::collections::BTreeSet<String>| {
+        vs.iter().map(String::as_str).collect::<Vec<_>>().join(",")
+    };
+    match expression {
+        Expression::Equal(k, v) => format!("needs {k}={v}, but {}", actual(k)),
+        Expression::NotEqual(k, v) => format!("needs {k}!={v}, but {}", actual(k)),
+        Expression::In(k, vs) => format!("needs {k} in ({}), but {}", list(vs), actual(k)),
+        Expression::NotIn(k, vs) => {
+            format!("needs {k} not in ({}), but {}", list(vs), actual(k))
         }
-    }
-
-    fn describe_failure(&self, labels: &Labels) -> String {
-        let actual = |k: &str| match labels.get(k) {
-            Some(v) => format!("{k}={v}"),
-            None => format!("{k} is not set"),
-        };
-        match self {
-            Requirement::Equals(k, v) => format!("needs {k}={v}, but {}", actual(k)),
-            Requirement::In(k, vs) => format!("needs {k} in ({}), but {}", vs.join(","), actual(k)),
-            Requirement::NotIn(k, vs) => {
-                format!("needs {k} not in ({}), but {}", vs.join(","), actual(k))
-            }
-            Requirement::Exists(k) => format!("needs label {k}, which is not set"),
-            Requirement::DoesNotExist(k) => format!("needs no label {k}, but {}", actual(k)),
-        }
+        Expression::Exists(k) => format!("needs label {k}, which is not set"),
+        Expression::DoesNotExist(k) => format!("needs no label {k}, but {}", actual(k)),
     }
 }
 
@@ -464,14 +446,16 @@ impl Matcher {
         match criterion {
             Criterion::Namespaces => (!self.namespaces.is_empty())
                 .then(|| self.namespaces.iter().any(|g| g.matches(subject.namespace))),
-            Criterion::NamespaceSelector => self
-                .namespace_selector
-                .as_ref()
-                .map(|s| s.holds(|k| namespace_label(subject, k))),
-            Criterion::Selector => self
-                .selector
-                .as_ref()
-                .map(|s| s.holds(|k| subject.labels.get(k).map(String::as_str))),
+            Criterion::NamespaceSelector => self.namespace_selector.as_ref().map(|s| {
+                // The API server sets the name label on every namespace; offline input
+                // may lack it, and then it is implied.
+                if subject.namespace_labels.contains_key(NAME_LABEL) {
+                    s.holds(subject.namespace_labels)
+                } else {
+                    s.holds(&namespace_labels(subject))
+                }
+            }),
+            Criterion::Selector => self.selector.as_ref().map(|s| s.holds(subject.labels)),
             Criterion::Origin => {
                 (self.origin != OriginMatch::Any).then(|| origin_holds(self.origin, subject.origin))
             }
@@ -558,15 +542,6 @@ fn origin_holds(wanted: OriginMatch, actual: Origin) -> bool {
         OriginMatch::Any => true,
         OriginMatch::Standalone => actual == Origin::Standalone,
         OriginMatch::Pipeline => actual == Origin::Pipeline,
-    }
-}
-
-/// Label of the TaskRun's namespace, with `kubernetes.io/metadata.name` implied.
-fn namespace_label<'a>(subject: &Subject<'a>, key: &str) -> Option<&'a str> {
-    match subject.namespace_labels.get(key) {
-        Some(v) => Some(v.as_str()),
-        None if key == NAME_LABEL => Some(subject.namespace),
-        None => None,
     }
 }
 

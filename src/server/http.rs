@@ -312,7 +312,7 @@ fn log(status: StatusCode, summary: &Summary) {
                 "mutated"
             );
         }
-        Some(Outcome::Allowed) => tracing::info!(warnings = summary.warnings, "allowed"),
+        Some(Outcome::Admitted) => tracing::info!(warnings = summary.warnings, "admitted"),
         None => {
             tracing::warn!(status = status.as_u16(), reason, "malformed request")
         }

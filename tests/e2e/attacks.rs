@@ -341,7 +341,7 @@ pub fn scenario(kubectl: &Kubectl, examples: &std::path::Path, work: &std::path:
                 let changed = admitted != case.taskrun;
                 let outcome = match (expect, changed) {
                     (Expect::Injected, true) => Outcome::Mutated,
-                    (Expect::Unchanged, false) => Outcome::Allowed,
+                    (Expect::Unchanged, false) => Outcome::Admitted,
                     (_, changed) => {
                         fail(format!(
                             "stored {}: {}",

@@ -168,7 +168,7 @@ fn tekton_accepts_what_bookend_emits_and_defaulting_converges() {
         );
         assert_eq!(
             again.outcome,
-            Outcome::Allowed,
+            Outcome::Admitted,
             "{label}: second pass after Tekton's defaulting: {:?} {:?}",
             again.message,
             again.patch

@@ -152,7 +152,7 @@ impl Expect {
             Expect::Unchanged => {
                 assert_eq!(
                     decision.outcome,
-                    Outcome::Allowed,
+                    Outcome::Admitted,
                     "{case}: {message} {:?}",
                     decision.patch
                 )

@@ -95,6 +95,6 @@ fn an_org_step_without_its_hardening_is_not_the_org_step() {
     );
     assert_eq!(
         decide(&admitted, "team-a", &set, &catalog).outcome,
-        bookend::engine::Outcome::Allowed
+        bookend::engine::Outcome::Admitted
     );
 }

@@ -142,7 +142,7 @@ pub fn check(
         set,
         catalog,
     );
-    if again.outcome != Outcome::Allowed {
+    if again.outcome != Outcome::Admitted {
         return Err(format!(
             "a second pass over the admitted TaskRun: {:?} {:?} {:?}",
             again.outcome, again.message, again.patch

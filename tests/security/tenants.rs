@@ -144,7 +144,7 @@ fn teams_do_not_affect_each_other() {
     let mut run = inline(json!([build_step()]));
     run["spec"]["taskSpec"]["volumes"] = json!([{"name": "cache", "emptyDir": {}}]);
     let d = decide(&run, "team-c", &loaded.set, &Catalog::default());
-    assert_eq!(d.outcome, bookend::engine::Outcome::Allowed);
+    assert_eq!(d.outcome, bookend::engine::Outcome::Admitted);
     run["spec"]["taskSpec"]["volumes"] = json!([{"name": "bookend-lint-vol", "emptyDir": {}}]);
     let d = decide(&run, "team-c", &loaded.set, &Catalog::default());
     assert_eq!(d.outcome, bookend::engine::Outcome::Denied);

@@ -108,7 +108,7 @@ async fn corpus_through_the_webhook_equals_render() {
                     );
                     return decision.outcome;
                 }
-                Outcome::Allowed => {
+                Outcome::Admitted => {
                     assert_eq!(response["allowed"], true, "{at}");
                     assert!(response.get("patch").is_none(), "{at}: {answer}");
                     object.clone()

@@ -1,70 +1,38 @@
 //! JUnit XML for CI systems (GitLab, Jenkins, GitHub test reporters): one `testsuite` per
-//! `Test`, one `testcase` per expectation, a `failure` with the reasons.
+//! `Test`, one `testcase` per expectation, a `failure` with the reasons. Written by
+//! quick-junit (escaping, control characters, the attribute set CI tools read).
+
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use super::suite::CaseResult;
 
 /// One suite's results: (test file, test name, cases).
 pub type SuiteResults<'a> = (&'a str, &'a str, &'a [CaseResult]);
 
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&apos;"),
-            // XML 1.0 allows only these control characters.
-            '\t' | '\n' | '\r' => out.push(c),
-            c if (c as u32) < 0x20 => out.push('\u{fffd}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
 /// The JUnit XML document.
-pub fn render(suites: &[SuiteResults<'_>]) -> String {
-    let total: usize = suites.iter().map(|(_, _, c)| c.len()).sum();
-    let failed: usize = suites
-        .iter()
-        .map(|(_, _, c)| c.iter().filter(|r| !r.passed()).count())
-        .sum();
-    let mut out = String::from("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
-    out.push_str(&format!(
-        "<testsuites name=\"bookend test\" tests=\"{total}\" failures=\"{failed}\">\n"
-    ));
+pub fn render(suites: &[SuiteResults<'_>]) -> Result<String, quick_junit::SerializeError> {
+    let mut report = Report::new("bookend test");
     for (file, name, cases) in suites {
-        let failures = cases.iter().filter(|r| !r.passed()).count();
-        out.push_str(&format!(
-            "  <testsuite name=\"{}\" file=\"{}\" tests=\"{}\" failures=\"{failures}\">\n",
-            escape(name),
-            escape(file),
-            cases.len()
-        ));
+        let mut suite = TestSuite::new(*name);
+        suite.extra.insert("file".into(), (*file).into());
         for case in *cases {
-            out.push_str(&format!(
-                "    <testcase name=\"{}\" classname=\"{}\"",
-                escape(&case.name),
-                escape(name)
-            ));
-            if case.passed() {
-                out.push_str("/>\n");
-            } else {
-                out.push_str(">\n");
-                out.push_str(&format!(
-                    "      <failure message=\"{}\">{}</failure>\n",
-                    escape(&case.failures[0]),
-                    escape(&case.failures.join("\n"))
-                ));
-                out.push_str("    </testcase>\n");
-            }
+            let status = match case.failures.first() {
+                None => TestCaseStatus::success(),
+                Some(first) => {
+                    let mut status = TestCaseStatus::non_success(NonSuccessKind::Failure);
+                    status
+                        .set_message(first.as_str())
+                        .set_description(case.failures.join("\n"));
+                    status
+                }
+            };
+            let mut test_case = TestCase::new(case.name.as_str(), status);
+            test_case.set_classname(*name);
+            suite.add_test_case(test_case);
         }
-        out.push_str("  </testsuite>\n");
+        report.add_test_suite(suite);
     }
-    out.push_str("</testsuites>\n");
-    out
+    report.to_string()
 }
 
 #[cfg(test)]
@@ -88,12 +56,24 @@ mod tests {
                 failures: vec!["result: expected \"x\" & y".into(), "more\u{1}".into()],
             },
         ];
-        let xml = render(&[("t/bookend-test.yaml", "t", &cases)]);
-        assert!(xml.contains("<testsuites name=\"bookend test\" tests=\"2\" failures=\"1\">"));
-        assert!(xml.contains("<testcase name=\"team-a/build-\" classname=\"t\"/>"));
-        assert!(xml.contains("<testcase name=\"a&lt;b\""));
-        assert!(xml.contains(
-            "<failure message=\"result: expected &quot;x&quot; &amp; y\">result: expected &quot;x&quot; &amp; y\nmore\u{fffd}</failure>"
-        ));
+        let xml = render(&[("t/bookend-test.yaml", "t", &cases)]).unwrap();
+        assert!(xml.contains("name=\"bookend test\""), "{xml}");
+        assert!(
+            xml.contains("<testsuites name=\"bookend test\" tests=\"2\"")
+                && xml.contains("failures=\"1\""),
+            "{xml}"
+        );
+        assert!(
+            xml.contains("<testcase name=\"team-a/build-\" classname=\"t\""),
+            "{xml}"
+        );
+        assert!(xml.contains("file=\"t/bookend-test.yaml\""), "{xml}");
+        assert!(xml.contains("<testcase name=\"a&lt;b\""), "{xml}");
+        assert!(
+            xml.contains("message=\"result: expected &quot;x&quot; &amp; y\""),
+            "{xml}"
+        );
+        // No raw control character reaches the XML (XML 1.0 forbids them).
+        assert!(!xml.contains('\u{1}'), "{xml}");
     }
 }

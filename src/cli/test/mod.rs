@@ -71,7 +71,10 @@ pub(super) fn run(args: &TestArgs) -> u8 {
             .zip(&results)
             .map(|(s, r)| (s.file.as_str(), s.name.as_str(), r.as_slice()))
             .collect();
-        if let Err(e) = std::fs::write(path, junit::render(&junit)) {
+        let written = junit::render(&junit)
+            .map_err(|e| e.to_string())
+            .and_then(|xml| std::fs::write(path, xml).map_err(|e| e.to_string()));
+        if let Err(e) = written {
             eprintln!("error: --junit {}: cannot write: {e}", path.display());
             return exit::USAGE;
         }

@@ -96,7 +96,7 @@ impl Expected {
     fn of(outcome: Outcome) -> Self {
         match outcome {
             Outcome::Mutated => Self::Mutated,
-            Outcome::Allowed => Self::Admitted,
+            Outcome::Admitted => Self::Admitted,
             Outcome::Denied => Self::Denied,
         }
     }

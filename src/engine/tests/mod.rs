@@ -169,7 +169,7 @@ fn assert_settled(set: &PolicySet, object: &Value) {
     let again = run(set, object);
     assert_eq!(
         again.outcome,
-        Outcome::Allowed,
+        Outcome::Admitted,
         "second pass: {:?} {:?}",
         again.message,
         again.patch

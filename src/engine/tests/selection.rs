@@ -16,7 +16,7 @@ spec:
 "#,
     );
     let d = run(&set, &build_taskrun());
-    assert_eq!(d.outcome, Outcome::Allowed);
+    assert_eq!(d.outcome, Outcome::Admitted);
     assert!(d.patch.is_empty());
 }
 
@@ -40,12 +40,12 @@ spec:
 "#,
     );
     let standalone = build_taskrun();
-    assert_eq!(run(&set, &standalone).outcome, Outcome::Allowed);
+    assert_eq!(run(&set, &standalone).outcome, Outcome::Admitted);
     let mut child = standalone.clone();
     child["metadata"]["ownerReferences"] = json!([{"apiVersion": "tekton.dev/v1", "kind": "PipelineRun", "name": "pr", "uid": "u", "controller": true}]);
     assert_eq!(names(&run(&set, &child).object), ["bookend-p", "build"]);
     child["metadata"]["labels"] = json!({"skip": "yes"});
-    assert_eq!(run(&set, &child).outcome, Outcome::Allowed);
+    assert_eq!(run(&set, &child).outcome, Outcome::Admitted);
     let d = decide(
         Request {
             namespace: "team-b",
@@ -64,12 +64,12 @@ fn empty_task_specs_and_other_kinds_are_left_alone() {
     denied(&set, &taskrun(json!([])), "no steps of its own");
     assert_eq!(
         run(&policies(""), &taskrun(json!([]))).outcome,
-        Outcome::Allowed
+        Outcome::Admitted
     );
     let pod = json!({"apiVersion": "v1", "kind": "Pod"});
-    assert_eq!(run(&set, &pod).outcome, Outcome::Allowed);
+    assert_eq!(run(&set, &pod).outcome, Outcome::Admitted);
     let custom = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": {"taskRef": {"apiVersion": "x.dev/v1", "kind": "Wait"}}});
-    assert_eq!(run(&set, &custom).outcome, Outcome::Allowed);
+    assert_eq!(run(&set, &custom).outcome, Outcome::Admitted);
 }
 
 #[test]

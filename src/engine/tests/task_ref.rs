@@ -48,7 +48,7 @@ fn task_ref_inline_inlines_and_labels() {
     assert_eq!(apply(&object, &d.patch), d.object);
     assert_eq!(
         run_with(&set, &d.object, &catalog).outcome,
-        Outcome::Allowed
+        Outcome::Admitted
     );
 }
 
@@ -71,7 +71,7 @@ fn task_ref_skip_and_deny() {
             .replace("priority: 2\n", "priority: 2\n  taskRef: Skip\n"),
     );
     let d = run(&skip, &taskref_run());
-    assert_eq!(d.outcome, Outcome::Allowed);
+    assert_eq!(d.outcome, Outcome::Admitted);
     assert!(d.warnings[0].contains("taskRef: Skip"));
     let deny = policies(&PRE_POST.replace("priority: 2\n", "priority: 2\n  taskRef: Deny\n"));
     let m = denied(&deny, &taskref_run(), "spec.taskRef.name");
@@ -100,7 +100,7 @@ fn signed_tasks_are_refused_unless_the_policy_skips_references() {
             .replace("priority: 2\n", "priority: 2\n  taskRef: Skip\n"),
     );
     let d = run_with(&skip, &taskref_run(), &catalog_with(task));
-    assert_eq!(d.outcome, Outcome::Allowed, "{:?}", d.message);
+    assert_eq!(d.outcome, Outcome::Admitted, "{:?}", d.message);
 }
 
 #[test]
@@ -108,7 +108,7 @@ fn remote_task_refs_skip_or_deny() {
     let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
         "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}});
     let d = run(&policies(PRE_POST), &object);
-    assert_eq!(d.outcome, Outcome::Allowed);
+    assert_eq!(d.outcome, Outcome::Admitted);
     assert!(d.warnings[0].contains("git resolver"), "{:?}", d.warnings);
     let deny = policies(&PRE_POST.replace("priority: 1\n", "priority: 1\n  remoteTaskRef: Deny\n"));
     denied(&deny, &object, "remoteTaskRef: Deny");
@@ -181,13 +181,13 @@ spec:
         ["bookend-inliner", "compile", "bookend-skipper"]
     );
     let again = run_with(&set, &first.object, &catalog);
-    assert_eq!(again.outcome, Outcome::Allowed, "{:?}", again.patch);
+    assert_eq!(again.outcome, Outcome::Admitted, "{:?}", again.patch);
     // Without a policy that inlines, the Skip policy leaves the reference alone.
     let only_skip = policies(
         "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: skipper}\nspec:\n  taskRef: Skip\n  postSteps: [{name: bookend-skipper, image: alpine}]\n",
     );
     let d = run_with(&only_skip, &by_ref, &catalog);
-    assert_eq!(d.outcome, Outcome::Allowed);
+    assert_eq!(d.outcome, Outcome::Admitted);
     assert!(d.warnings[0].contains("taskRef: Skip"), "{:?}", d.warnings);
 }
 

@@ -20,6 +20,7 @@ mod admission;
 mod bookend;
 mod certificates;
 mod failure;
+mod getting_started;
 mod helm;
 mod kubectl;
 mod objects;
@@ -53,7 +54,9 @@ use policies::{
     scenario_origin_pipeline, scenario_policy_lifecycle, scenario_step_policy,
     scenario_team_cannot_evict_or_wrap_org,
 };
-use status::{scenario_policy_reports, scenario_policy_status, scenario_taskrun_events};
+use status::{
+    scenario_openreports, scenario_policy_reports, scenario_policy_status, scenario_taskrun_events,
+};
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 
 const TEAM_A: &str = "team-a";
@@ -270,6 +273,10 @@ fn real_apiserver_calls_bookend() {
         (
             "PolicyReports for Audit policies: CRD missing, then installed",
             scenario_policy_reports,
+        ),
+        (
+            "openreports: auto finds the Report CRD and writes there",
+            scenario_openreports,
         ),
         ("certificate rotation under load", scenario_rotation),
         (

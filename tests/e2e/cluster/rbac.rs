@@ -543,7 +543,15 @@ fn chart_rbac_each_rule_is_needed() {
         &cluster,
         port,
         &certs.ca_bundle_b64(),
-        &["--set", "policyReports.installCRD=true"],
+        // One report API (the default, auto, grants both groups): the checks write
+        // wgpolicyk8s.io PolicyReports; the openreports.io rule is the same writer with the other
+        // group, its use shown by the main test's audit.
+        &[
+            "--set",
+            "policyReports.installCRD=true",
+            "--set",
+            "policyReports.api=wgpolicyk8s",
+        ],
     )
     .expect_ok("helm install");
     poll("the chart's CRDs served", WAIT, || {

@@ -319,8 +319,8 @@ pub(super) fn scenario_policy_reports(ctx: &mut Ctx) -> String {
     // Without the CRD (the chart's default) bookend said so once and carried on.
     let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
     assert!(
-        log.contains("PolicyReport CRD (wgpolicyk8s.io/v1alpha2) not installed"),
-        "bookend logs the missing CRD"
+        log.contains("no report CRD installed (openreports.io/v1alpha1 Report or wgpolicyk8s.io/v1alpha2 PolicyReport)"),
+        "bookend logs the missing CRDs"
     );
     assert!(
         !ctx.cluster
@@ -342,7 +342,8 @@ pub(super) fn scenario_policy_reports(ctx: &mut Ctx) -> String {
     );
     poll("bookend to find the CRD", Duration::from_secs(60), || {
         let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
-        if log.contains("PolicyReport CRD found") {
+        if log.contains("report CRD found") && log.contains("wgpolicyk8s.io/v1alpha2 PolicyReport")
+        {
             Ok(())
         } else {
             Err("not yet".to_owned())
@@ -469,5 +470,116 @@ pub(super) fn scenario_policy_reports(ctx: &mut Ctx) -> String {
         f["result"],
         k["result"],
         f["message"].as_str().unwrap_or("")
+    )
+}
+
+/// `--policy-report-api=auto` (the chart's default): with the PolicyReport CRD already in use,
+/// the cluster gains the openreports Report CRD (tests/fixtures/openreports); bookend finds it
+/// at its next look (every 30 s), without a restart, and writes new Audit results to an
+/// `openreports.io/v1alpha1` Report, through the chart's RBAC for that group.
+pub(super) fn scenario_openreports(ctx: &mut Ctx) -> String {
+    let crd = crate::root().join("tests/fixtures/openreports/openreports.io_reports.yaml");
+    ctx.cluster
+        .kubectl(&["apply", "-f", &crd.display().to_string()])
+        .expect_ok("apply the openreports Report CRD");
+    poll("reports in discovery", Duration::from_secs(60), || {
+        ctx.cluster
+            .kubectl(&["get", "reports.openreports.io", "-A"])
+            .succeeded()
+    });
+    let step = busybox_step("bookend-e2e-open-audit");
+    let policy = cluster_policy(
+        "e2e-open-audit",
+        json!({"mode": "Audit", "match": {"namespaces": ["team-c"]}, "postSteps": [step]}),
+    );
+    ctx.cluster
+        .apply(&policy)
+        .expect_ok("apply the Audit policy");
+    let probe = taskrun("team-c", "open-audit-", "work");
+    ctx.cluster
+        .poll_dry_run("the Audit policy to be loaded", &probe, |out| {
+            if out
+                .warnings()
+                .iter()
+                .any(|w| w.contains("ClusterStepPolicy/e2e-open-audit would inject"))
+            {
+                Ok(())
+            } else {
+                Err(out.stderr.clone())
+            }
+        });
+    // bookend looks again when results arrive and 30 s have passed since its last look: create a
+    // TaskRun every few seconds until one's result is in the Report.
+    let mut uids: Vec<String> = Vec::new();
+    let mut last_create: Option<std::time::Instant> = None;
+    let (report, uid) = poll(
+        "a result in team-c's openreports Report",
+        Duration::from_secs(120),
+        || {
+            if last_create.is_none_or(|t| t.elapsed() >= Duration::from_secs(3)) {
+                let out = ctx
+                    .cluster
+                    .create(&probe)
+                    .expect_ok("create a TaskRun in team-c");
+                uids.push(metadata_str(&out.json(), "uid"));
+                last_create = Some(std::time::Instant::now());
+            }
+            let out = ctx.cluster.kubectl(&[
+                "get",
+                "reports.openreports.io",
+                "bookend-audit",
+                "-n",
+                "team-c",
+                "-o",
+                "json",
+            ]);
+            let report = out.try_json()?;
+            let found = report["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|r| {
+                    let uid = r["resources"][0]["uid"].as_str()?;
+                    uids.iter().any(|u| u == uid).then(|| uid.to_owned())
+                });
+            match found {
+                Some(uid) => Ok((report, uid)),
+                None => Err(format!("{} TaskRuns, no result yet", uids.len())),
+            }
+        },
+    );
+    assert_eq!(report["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(report["kind"], "Report");
+    assert_eq!(report["source"], "bookend", "openreports names the engine");
+    let result = report["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["resources"][0]["uid"] == uid.as_str())
+        .unwrap();
+    assert_eq!(result["policy"], "ClusterStepPolicy/e2e-open-audit");
+    assert_eq!(result["result"], "pass");
+    assert_eq!(result["properties"]["outcome"], "would-inject");
+    assert_eq!(result["properties"]["steps"], "bookend-e2e-open-audit");
+    assert_eq!(result["resources"][0]["kind"], "TaskRun");
+    assert!(
+        report["summary"]["pass"].as_u64().unwrap_or(0) >= 1,
+        "{}",
+        report["summary"]
+    );
+    let log = std::fs::read_to_string(&ctx.bookend.log).unwrap_or_default();
+    assert!(
+        log.contains("report API changed"),
+        "bookend logs the switch to openreports"
+    );
+    ctx.cluster
+        .kubectl(&["delete", "clustersteppolicy", "e2e-open-audit"])
+        .expect_ok("delete the Audit policy");
+    format!(
+        "openreports CRD installed beside the PolicyReport CRD: bookend switched without a restart \
+         after {} TaskRun(s); team-c's Report: {} result(s), summary {}",
+        uids.len(),
+        report["results"].as_array().map_or(0, Vec::len),
+        report["summary"]
     )
 }
