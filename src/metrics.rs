@@ -43,6 +43,16 @@ struct PolicyLabels {
     policy: String,
 }
 
+/// The cluster's Tekton: its version (one value at a time: the family is cleared on change),
+/// whether bookend supports it, and the flags bookend depends on.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TektonLabels {
+    version: String,
+    supported: &'static str,
+    step_actions: &'static str,
+    api_fields: &'static str,
+}
+
 /// `success` or `error`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ResultLabels {
@@ -87,6 +97,7 @@ pub struct Metrics {
     status_writes: Family<ResultLabels, Counter>,
     report_writes: Family<ResultLabels, Counter>,
     followups_dropped: Counter,
+    tekton_info: Family<TektonLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -202,6 +213,12 @@ impl Metrics {
             "Admitted TaskRuns whose Events and PolicyReport results were dropped because the queue to their writer was full (the admission answer never waits for it)",
             followups_dropped.clone(),
         );
+        let tekton_info = Family::<TektonLabels, Gauge>::default();
+        registry.register(
+            "bookend_tekton_info",
+            "The Tekton the policies are compiled for (1): its version (from the pipelines-info ConfigMap in kubernetes mode, else --tekton-version), whether bookend supports it, and the feature flags bookend depends on",
+            tekton_info.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
@@ -230,7 +247,22 @@ impl Metrics {
             status_writes,
             report_writes,
             followups_dropped,
+            tekton_info,
         }
+    }
+
+    /// Replaces the `bookend_tekton_info` series with the cluster's.
+    pub fn set_tekton_info(&self, cluster: &crate::tekton::cluster::Cluster) {
+        let bool_str = |b: bool| if b { "true" } else { "false" };
+        self.tekton_info.clear();
+        self.tekton_info
+            .get_or_create(&TektonLabels {
+                version: cluster.version.to_string(),
+                supported: bool_str(cluster.is_supported()),
+                step_actions: bool_str(cluster.step_actions_enabled()),
+                api_fields: cluster.flags.enable_api_fields.as_str(),
+            })
+            .set(1);
     }
 
     /// Records one answered review.
@@ -380,7 +412,13 @@ mod tests {
         m.observe_review("mutate", &summary, 0.000_2);
         m.handler_panic();
         m.set_certificate_expiry(1_900_000_000);
+        m.set_tekton_info(&crate::tekton::cluster::Cluster {
+            version: crate::tekton::cluster::Version::new(0, 61, 0),
+            flags: Default::default(),
+        });
+        m.set_tekton_info(&crate::tekton::cluster::Cluster::default());
         let text = m.encode();
+        assert!(!text.contains("v0.61.0"), "one Tekton at a time:\n{text}");
         for needle in [
             "bookend_admission_requests_total{endpoint=\"mutate\",operation=\"CREATE\",outcome=\"mutated\",dry_run=\"false\"} 1",
             "bookend_admission_duration_seconds_bucket{le=\"0.00025\",endpoint=\"mutate\"} 1",
@@ -395,6 +433,7 @@ mod tests {
             "bookend_status_writes_total{result=\"success\"} 0",
             "bookend_policy_report_writes_total{result=\"error\"} 0",
             "bookend_followups_dropped_total 0",
+            "bookend_tekton_info{version=\"v1.15.0\",supported=\"true\",step_actions=\"true\",api_fields=\"beta\"} 1",
         ] {
             assert!(text.contains(needle), "missing {needle} in\n{text}");
         }

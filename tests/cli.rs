@@ -674,7 +674,7 @@ fn test_runs_the_example_policy_tests() {
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(
-        stdout.ends_with("13 passed, 0 failed (13 cases in 2 tests)\n"),
+        stdout.ends_with("17 passed, 0 failed (17 cases in 2 tests)\n"),
         "{stdout}"
     );
 }
@@ -898,4 +898,351 @@ fn every_help_has_examples_and_exit_codes() {
             "{command}: {help}"
         );
     }
+}
+
+/// The cluster's Tekton (`--tekton-version`, `--tekton-feature-flags`, `--tekton-feature-flag`):
+/// on v0.62 with default flags the example Always and StepAction policies cannot run, so
+/// validate names the flag and render refuses; the flag (or its ConfigMap) restores the newest
+/// Tekton's output; `postStepsRunFallback: OnSuccess` injects without gates, with a warning.
+#[test]
+fn render_validate_and_test_take_the_clusters_tekton() {
+    let lts = ["--tekton-version", "v0.62.3"];
+    let out = bookend(&[&["validate", "--policies", "examples/policies"][..], &lts].concat());
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("examples/policies/20-sbom.yaml: ClusterStepPolicy/org-sbom: spec.postStepsRun: Tekton v0.62.3 refuses step when unless its feature flag enable-step-actions is \"true\""),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ClusterStepPolicy/org-git-clone: spec.preSteps[0].ref: Tekton v0.62.3 refuses StepActions (step ref)"),
+        "{stdout}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let flags = dir.path().join("feature-flags.yaml");
+    std::fs::write(
+        &flags,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: feature-flags, namespace: tekton-pipelines}\ndata: {enable-step-actions: \"true\", enable-api-fields: beta}\n",
+    )
+    .unwrap();
+    let render = [
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/taskruns/build.yaml",
+        "-o",
+        "json",
+    ];
+    let newest = bookend(&render);
+    assert_eq!(newest.status.code(), Some(0));
+    let with_flags = bookend(
+        &[
+            &render[..],
+            &lts,
+            &["--tekton-feature-flags", flags.to_str().unwrap()],
+        ]
+        .concat(),
+    );
+    assert_eq!(
+        with_flags.status.code(),
+        Some(0),
+        "{}",
+        text(&with_flags.stderr)
+    );
+    assert_eq!(with_flags.stdout, newest.stdout);
+    let v1 = bookend(&[&render[..], &["--tekton-version", "v1.0.0"]].concat());
+    assert_eq!(v1.stdout, newest.stdout);
+
+    // The fallback: post-steps without gates or verdict, and a warning.
+    let policy = dir.path().join("report.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: report}\nspec:\n  postStepsRun: Always\n  postStepsRunFallback: OnSuccess\n  postSteps: [{name: bookend-report, image: alpine}]\n",
+    )
+    .unwrap();
+    let p = policy.to_str().unwrap();
+    let out = bookend(&[&["validate", "--policies", p][..], &lts].concat());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stderr).contains("ClusterStepPolicy/report: postStepsRun: Always runs as OnSuccess (postStepsRunFallback: OnSuccess)"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bookend(
+        &[
+            &[
+                "render",
+                "--policies",
+                p,
+                "-f",
+                "examples/taskruns/build.yaml",
+                "--dry-run",
+                "-o",
+                "json",
+            ][..],
+            &lts,
+        ]
+        .concat(),
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let admitted: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = admitted["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.last(), Some(&"bookend-report"), "{names:?}");
+    assert!(!names.contains(&"bookend-verdict"), "{names:?}");
+
+    // Bad input: exit 2, naming the flag and the fix.
+    for (args, says) in [
+        (
+            vec!["--tekton-version", "v0.59.0"],
+            "bookend supports Tekton v0.62.0 and later",
+        ),
+        (
+            vec!["--tekton-version", "latest"],
+            "is not a Tekton version",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-step-actions"],
+            "expected KEY=VALUE",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-api-fields=gamma"],
+            "is not one of stable, beta, alpha",
+        ),
+        (
+            vec!["--tekton-feature-flag", "enable-stepactions=true"],
+            "bookend does not read this flag",
+        ),
+        (
+            vec!["--tekton-feature-flags", "examples/policies/20-sbom.yaml"],
+            "expected Tekton's feature-flags ConfigMap",
+        ),
+    ] {
+        let out = bookend(&[&["validate", "--policies", "examples/policies"][..], &args].concat());
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(
+            text(&out.stderr).contains(says),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+    }
+    let out = bookend(&["test", "examples/", "--tekton-version", "v0.62.3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "the example tests expect the newest Tekton"
+    );
+}
+
+/// A PipelineRun renders as the TaskRuns Tekton's controller creates for it, each decided as a
+/// TaskRun; its Pipeline comes from the same file or `--tasks`, and a missing one is named.
+#[test]
+fn render_previews_a_pipelinerun_per_pipeline_task() {
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        "examples/pipelineruns/",
+        "-o",
+        "json",
+        "--explain",
+    ]);
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    // The sample in docs/policy.md ("PipelineRuns") is what render prints.
+    let doc = std::fs::read_to_string(common::root().join("docs/policy.md")).unwrap();
+    let section = &doc[doc.find("## PipelineRuns").unwrap()..];
+    let sample = section.split("```").nth(3).unwrap();
+    for line in sample.lines().filter(|l| !l.is_empty() && *l != "…") {
+        assert!(
+            stderr.contains(line),
+            "docs/policy.md sample line {line:?} in\n{stderr}"
+        );
+    }
+    for line in [
+        "note: PipelineRun team-a/release-42: task build (matrix 1/2): TaskRun release-42-build-0",
+        "note: PipelineRun team-a/release-42: task build (matrix 2/2): TaskRun release-42-build-1",
+        "note: PipelineRun team-a/release-42: task publish: TaskRun release-42-publish; runs only if \"./cmd/app\" notin [\"\"] (true)",
+        "note: PipelineRun team-a/release-42: finally task notify: TaskRun release-42-notify",
+        "TaskRun team-a/release-42-notify (PipelineRun release-42, task notify):",
+    ] {
+        assert!(stderr.contains(line), "{line:?} in\n{stderr}");
+    }
+    let list: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let task_runs: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|o| o["kind"] == "TaskRun")
+        .collect();
+    let names: Vec<&str> = task_runs
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "release-42-build-0",
+            "release-42-build-1",
+            "release-42-publish",
+            "release-42-notify"
+        ]
+    );
+    // The matrix value, the pipeline's default param and the context, substituted; the org's
+    // step first in every TaskRun, the referenced Task inlined.
+    assert_eq!(
+        task_runs[1]["spec"]["params"],
+        serde_json::json!([{"name": "goos", "value": "darwin"},
+                           {"name": "package", "value": "./cmd/app"}])
+    );
+    assert_eq!(
+        task_runs[2]["spec"]["params"][0]["value"],
+        "built release-42"
+    );
+    for tr in &task_runs {
+        assert_eq!(
+            tr["spec"]["taskSpec"]["steps"][0]["name"],
+            "bookend-credentials"
+        );
+        assert_eq!(tr["metadata"]["ownerReferences"][0]["kind"], "PipelineRun");
+    }
+
+    // The PipelineRun alone: its Pipeline is missing until --tasks names it.
+    let dir = tempfile::tempdir().unwrap();
+    let run_only = dir.path().join("run.yaml");
+    let source =
+        std::fs::read_to_string(common::root().join("examples/pipelineruns/release.yaml")).unwrap();
+    let run_doc = source.split("\n---\n").last().unwrap();
+    std::fs::write(&run_only, run_doc).unwrap();
+    let run_path = run_only.to_str().unwrap();
+    let out = bookend(&["render", "--policies", "examples/policies", "-f", run_path]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "error: PipelineRun team-a/release-42: spec.pipelineRef: Pipeline team-a/release is not among the objects given; pass its file with --tasks (or -f)"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        run_path,
+        "--tasks",
+        "examples/pipelineruns",
+        "-o",
+        "patch",
+    ]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout).lines().count(), 4);
+
+    // --namespace: the PipelineRun, so its TaskRuns, are created there (its Pipeline too).
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        run_path,
+        "--tasks",
+        "examples/pipelineruns",
+        "--namespace",
+        "elsewhere",
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("PipelineRun elsewhere/release-42: spec.pipelineRef: Pipeline elsewhere/release is not among"),
+        "{}",
+        text(&out.stderr)
+    );
+
+    // Through a resolver: stated unresolved; nothing to render is bad input.
+    let remote = dir.path().join("remote.yaml");
+    std::fs::write(
+        &remote,
+        "apiVersion: tekton.dev/v1\nkind: PipelineRun\nmetadata: {name: r, namespace: team-a}\nspec:\n  pipelineRef:\n    resolver: git\n    params: [{name: url, value: https://example.dev/p.git}]\n",
+    )
+    .unwrap();
+    let out = bookend(&[
+        "render",
+        "--policies",
+        "examples/policies",
+        "-f",
+        remote.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("the Pipeline comes through the git resolver when the PipelineRun runs; it is unresolved here"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+/// `bookend test` names a PipelineRun's TaskRun by pipelineRun and pipelineTask; a task that
+/// creates no TaskRun is bad input naming those that do.
+#[test]
+fn test_takes_pipelineruns_per_pipeline_task() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = common::root();
+    let file = dir.path().join("bookend-test.yaml");
+    let write = |results: &str| {
+        std::fs::write(
+            &file,
+            format!(
+                "apiVersion: cli.bookend.dev/v1alpha1\nkind: Test\nmetadata: {{name: p}}\npolicies: [{}]\nresources: [{}]\nresults:\n{results}",
+                root.join("examples/policies").display(),
+                root.join("examples/pipelineruns").display(),
+            ),
+        )
+        .unwrap();
+    };
+    write(
+        "- {pipelineRun: release-42, pipelineTask: build, result: mutated, injected: [bookend-credentials, bookend-sbom, bookend-sbom-upload]}\n- {pipelineRun: release-42, pipelineTask: notify, result: admitted}\n",
+    );
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("pass    p     team-a/release-42/build [0]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("pass    p     team-a/release-42/build [1]"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("result: expected admitted, got mutated"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.ends_with("2 passed, 1 failed (3 cases in 1 test)\n"),
+        "{stdout}"
+    );
+
+    write("- {pipelineRun: release-42, pipelineTask: lint, result: mutated}\n");
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains(
+            "results: pipelineTask \"lint\" of PipelineRun \"release-42\" creates no TaskRun; those that do: [\"build\", \"notify\", \"publish\"]"
+        ),
+        "{}",
+        text(&out.stderr)
+    );
+    write("- {pipelineRun: release-42, taskRun: x, result: mutated}\n");
+    let out = bookend(&["test", file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("results[0]: name the TaskRun under test with taskRun, or with pipelineRun and pipelineTask"),
+        "{}",
+        text(&out.stderr)
+    );
 }

@@ -468,11 +468,11 @@ fn the_cluster_role_is_least_privilege() {
             );
         }
         assert!(rule["nonResourceURLs"].is_null());
-        // ConfigMaps only by name: Tekton's feature flags, nothing else.
+        // ConfigMaps only by name: Tekton's feature flags, defaults and version, nothing else.
         if strings(&rule["resources"]) == ["configmaps"] {
             assert_eq!(
                 strings(&rule["resourceNames"]),
-                ["feature-flags", "config-defaults"],
+                ["feature-flags", "config-defaults", "pipelines-info"],
                 "{rule}"
             );
         } else {

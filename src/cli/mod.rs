@@ -5,6 +5,7 @@
 
 mod certs;
 mod crds;
+mod pipeline;
 mod render;
 mod serve;
 mod test;
@@ -15,7 +16,12 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+use std::path::PathBuf;
+
 use crate::policy::Settings;
+use crate::tekton::cluster::{
+    BadFlag, BadVersion, Cluster, FeatureFlags, OLDEST_SUPPORTED, Version,
+};
 
 pub use certs::CertsArgs;
 pub use render::{OutputFormat, RenderArgs};
@@ -145,16 +151,115 @@ pub struct EngineArgs {
     /// steps of policies whose criteria are all namespace-level.
     #[arg(long, default_value = crate::policy::DEFAULT_TEKTON_CONTROLLER, env = "BOOKEND_TEKTON_CONTROLLER")]
     pub tekton_controller: String,
+    /// The cluster's Tekton Pipelines version (v0.62.0 or later): policies that need what it
+    /// lacks refuse the TaskRuns they match. `serve --source kubernetes` reads it from the
+    /// cluster instead.
+    #[arg(long, value_name = "VERSION", default_value_t = crate::tekton::cluster::NEWEST, value_parser = parse_tekton_version, env = "BOOKEND_TEKTON_VERSION")]
+    pub tekton_version: Version,
+    /// Tekton's feature-flags ConfigMap (YAML or JSON, as `kubectl get cm feature-flags -n
+    /// tekton-pipelines -o yaml` prints it); its flags, then `--tekton-feature-flag`s, apply.
+    #[arg(long, value_name = "FILE")]
+    pub tekton_feature_flags: Option<PathBuf>,
+    /// One Tekton feature flag, as in its ConfigMap (repeatable): enable-step-actions=true,
+    /// enable-api-fields=stable|beta|alpha, enable-cel-in-whenexpression=true,
+    /// disable-inline-spec=taskrun.
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub tekton_feature_flag: Vec<String>,
+}
+
+/// The Tekton facts given on the command line are unusable; the message names the flag.
+#[derive(Debug, thiserror::Error)]
+pub enum BadTektonArgs {
+    #[error("--tekton-feature-flags {}: cannot read: {source}", path.display())]
+    Unreadable {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("--tekton-feature-flags {}: {message}", path.display())]
+    NotAConfigMap { path: PathBuf, message: String },
+    #[error("--tekton-feature-flag {0:?}: expected KEY=VALUE, e.g. enable-step-actions=true")]
+    NotKeyValue(String),
+    #[error("{flag}: {source}")]
+    Flag {
+        flag: &'static str,
+        #[source]
+        source: BadFlag,
+    },
+    #[error("--tekton-feature-flag {0:?}: bookend does not read this flag (it reads {1})")]
+    UnknownFlag(String, String),
+}
+
+/// `--tekton-version`: a version bookend supports.
+fn parse_tekton_version(text: &str) -> Result<Version, String> {
+    let version: Version = text.parse().map_err(|e: BadVersion| e.to_string())?;
+    if version < OLDEST_SUPPORTED {
+        return Err(format!(
+            "bookend supports Tekton {OLDEST_SUPPORTED} and later (step when, which its Always gates need, first shipped there); got {version}"
+        ));
+    }
+    Ok(version)
 }
 
 impl EngineArgs {
-    pub fn settings(&self) -> Settings {
-        Settings {
+    pub fn settings(&self) -> Result<Settings, BadTektonArgs> {
+        Ok(Settings {
             prefix: self.reserved_prefix.clone(),
             helper_image: self.helper_image.clone(),
             helper_run_as_user: self.helper_run_as_user.0,
             tekton_controller: self.tekton_controller.clone(),
+            tekton: self.tekton()?,
+        })
+    }
+
+    /// The cluster the offline commands (and files mode) decide for.
+    fn tekton(&self) -> Result<Cluster, BadTektonArgs> {
+        let mut flags = FeatureFlags::default();
+        if let Some(path) = &self.tekton_feature_flags {
+            let text =
+                std::fs::read_to_string(path).map_err(|source| BadTektonArgs::Unreadable {
+                    path: path.clone(),
+                    source,
+                })?;
+            let not_a_config_map = |message: String| BadTektonArgs::NotAConfigMap {
+                path: path.clone(),
+                message,
+            };
+            let object: serde_json::Value =
+                serde_yaml_ng::from_str(&text).map_err(|e| not_a_config_map(e.to_string()))?;
+            if object.get("kind").and_then(serde_json::Value::as_str) != Some("ConfigMap") {
+                return Err(not_a_config_map(
+                    "expected Tekton's feature-flags ConfigMap (kind: ConfigMap, data: {enable-step-actions: \"true\", ...})".to_owned(),
+                ));
+            }
+            flags =
+                FeatureFlags::from_config_map(&object).map_err(|source| BadTektonArgs::Flag {
+                    flag: "--tekton-feature-flags",
+                    source,
+                })?;
         }
+        for pair in &self.tekton_feature_flag {
+            let (key, value) = pair
+                .split_once('=')
+                .ok_or_else(|| BadTektonArgs::NotKeyValue(pair.clone()))?;
+            let known =
+                flags
+                    .set(key.trim(), value.trim())
+                    .map_err(|source| BadTektonArgs::Flag {
+                        flag: "--tekton-feature-flag",
+                        source,
+                    })?;
+            if !known {
+                return Err(BadTektonArgs::UnknownFlag(
+                    pair.clone(),
+                    crate::tekton::cluster::KNOWN_FLAGS.join(", "),
+                ));
+            }
+        }
+        Ok(Cluster {
+            version: self.tekton_version,
+            flags,
+        })
     }
 }
 

@@ -25,7 +25,8 @@ pub struct RenderArgs {
     pub policies: Vec<PathBuf>,
     /// TaskRuns to render: a file (multi-document YAML or JSON, `kind: List` as `kubectl get -o
     /// yaml` prints it), a directory (its .yaml, .yml and .json files, recursively), or `-` for
-    /// stdin. Repeatable; rendered in the order given.
+    /// stdin. Repeatable; rendered in the order given. A PipelineRun is rendered as the TaskRuns
+    /// Tekton's controller would create for it (its Pipeline from FILE or --tasks).
     #[arg(short = 'f', long = "filename", required = true)]
     pub file: Vec<PathBuf>,
     /// Output: the admitted objects as YAML or JSON; one JSON patch per admitted TaskRun per
@@ -40,8 +41,8 @@ pub struct RenderArgs {
     /// Labels of the namespace, as `k=v,k2=v2` (for namespaceSelector).
     #[arg(long, value_parser = parse_labels)]
     pub namespace_labels: Option<Labels>,
-    /// Task, StepAction and Namespace objects for resolving refs (file or directory,
-    /// repeatable). Tasks in FILE itself are used too.
+    /// Task, Pipeline, StepAction and Namespace objects for resolving refs (file or directory,
+    /// repeatable). Those in FILE itself are used too.
     #[arg(long)]
     pub tasks: Vec<PathBuf>,
     /// Print why each policy matched or not, on stderr.
@@ -93,6 +94,12 @@ struct DecisionLine<'a> {
     namespace: &'a str,
     /// metadata.name, or metadata.generateName when the name is left to the API server.
     name: String,
+    /// For a TaskRun of a PipelineRun (previewed from it, or as stored): the PipelineRun and
+    /// the PipelineTask (its `tekton.dev/pipelineRun` and `tekton.dev/pipelineTask` labels).
+    #[serde(rename = "pipelineRun", skip_serializing_if = "Option::is_none")]
+    pipeline_run: Option<&'a str>,
+    #[serde(rename = "pipelineTask", skip_serializing_if = "Option::is_none")]
+    pipeline_task: Option<&'a str>,
     /// `mutated`, `admitted` (unchanged) or `denied`.
     outcome: &'static str,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -172,7 +179,15 @@ impl Lookup for RenderLookup<'_> {
 
 /// Exit 0 when every TaskRun is admitted, 1 when one is denied, 2 on bad input.
 pub(super) fn run(args: &RenderArgs) -> u8 {
-    let set = match load_policies(&args.policies, args.engine.settings()) {
+    let settings = match args.engine.settings() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let inline_refused = settings.tekton.flags.inline_task_spec_refused;
+    let set = match load_policies(&args.policies, settings) {
         Ok(s) => s,
         Err(code) => return code,
     };
@@ -193,9 +208,39 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
     let default_ns = args.namespace.as_deref().unwrap_or("default");
     let values: Vec<Value> = inputs.iter().map(|i| i.value.clone()).collect();
     catalog.add_objects(&values, default_ns);
+    // A PipelineRun becomes the TaskRuns its controller would create; they go on as TaskRuns,
+    // each identified by the PipelineRun's input.
+    let mut notes = Vec::new();
+    let mut expanded = Vec::with_capacity(inputs.len());
+    for input in inputs {
+        match super::pipeline::expand(
+            vec![input.value],
+            &catalog,
+            default_ns,
+            args.namespace.as_deref(),
+            &mut notes,
+        ) {
+            Ok(values) => expanded.extend(values.into_iter().map(|value| Input {
+                id: input.id.clone(),
+                value,
+            })),
+            Err(e) => {
+                for note in &notes {
+                    eprintln!("note: {note}");
+                }
+                eprintln!("error: {e}");
+                return exit::USAGE;
+            }
+        }
+    }
+    for note in &notes {
+        eprintln!("note: {note}");
+    }
+    let inputs = expanded;
     if let Some(kinds) = &args.disable_inline_spec {
         catalog.inline_task_spec_refused = refuses_inline_task_spec(kinds);
     }
+    catalog.inline_task_spec_refused |= inline_refused;
     let lookup = RenderLookup {
         catalog: &catalog,
         labels: args.namespace_labels.as_ref(),
@@ -223,7 +268,11 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
             namespace,
             dry_run: args.dry_run,
         };
-        let label = format!("TaskRun {namespace}/{}", view.display_name());
+        let label = format!(
+            "TaskRun {namespace}/{}{}",
+            view.display_name(),
+            super::pipeline::identity(&view)
+        );
         let explained = (args.explain || args.output == OutputFormat::Decisions)
             .then(|| engine::explain(request, &set, &lookup));
         if let (true, Some(explained)) = (args.explain, &explained) {
@@ -249,6 +298,8 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
                 kind: "TaskRun",
                 namespace,
                 name: view.display_name(),
+                pipeline_run: label_of(&view, crate::tekton::pipeline::PIPELINE_RUN_LABEL),
+                pipeline_task: label_of(&view, crate::tekton::pipeline::PIPELINE_TASK_LABEL),
                 outcome: decision.outcome.as_str(),
                 message: decision.message.as_deref(),
                 warnings: &decision.warnings,
@@ -293,6 +344,10 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         return exit::USAGE;
     }
     code
+}
+
+fn label_of<'a>(view: &TaskRunView<'a>, key: &str) -> Option<&'a str> {
+    view.labels()?.get(key)?.as_str()
 }
 
 /// Every document of the inputs, in the order given (a directory's files sorted).

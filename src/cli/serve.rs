@@ -151,7 +151,7 @@ pub struct Unreadable {
 
 impl ServeArgs {
     /// The server's configuration; certificate, key and client CA must be readable.
-    pub fn config(&self) -> Result<Config, Unreadable> {
+    pub fn config(&self) -> Result<Config, StartError> {
         let readable = |flag, path: &Path| {
             std::fs::File::open(path)
                 .map(drop)
@@ -183,7 +183,7 @@ impl ServeArgs {
                     },
                 }),
             },
-            settings: self.engine.settings(),
+            settings: self.engine.settings()?,
             tls: TlsFiles {
                 cert: self.tls_cert.clone(),
                 key: self.tls_key.clone(),
@@ -228,11 +228,13 @@ fn ensure_dev_certificate(args: &ServeArgs) -> Result<Option<PathBuf>, crate::ce
 
 /// Why `serve` could not start: each message names the flag to fix.
 #[derive(Debug, thiserror::Error)]
-enum StartError {
+pub enum StartError {
     #[error("cannot generate the development certificate: {0}")]
     DevCertificate(#[from] crate::certs::CertsError),
     #[error(transparent)]
     Unreadable(#[from] Unreadable),
+    #[error(transparent)]
+    Tekton(#[from] super::BadTektonArgs),
     #[error(transparent)]
     Server(#[from] server::Error),
 }

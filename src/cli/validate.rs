@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use clap::Args;
 
 use super::{EngineArgs, exit, plural};
+use crate::policy::{Issue, IssueKind, Support};
 use crate::source::walk::{policy_files, policy_set};
 
 #[derive(Args, Debug)]
@@ -40,14 +41,40 @@ pub(super) fn run(args: &ValidateArgs) -> u8 {
         );
         return exit::USAGE;
     }
-    let loaded = policy_set(&args.policies, args.engine.settings());
+    let settings = match args.engine.settings() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
+    let loaded = policy_set(&args.policies, settings);
     for note in &loaded.skipped {
         eprintln!("note: {note}");
     }
-    let (set, issues) = (loaded.set, loaded.issues);
+    let (set, mut issues) = (loaded.set, loaded.issues);
     if issues.is_empty() && loaded.documents == 0 {
         eprintln!("error: no policies in {}", named());
         return exit::USAGE;
+    }
+    // A valid policy the target Tekton cannot run would refuse every TaskRun it matches.
+    for policy in set.policies() {
+        match &policy.tekton {
+            Support::Full => {}
+            Support::Degraded(_) => eprintln!(
+                "note: {}: {}: {}",
+                policy.source, policy.id, policy.tekton
+            ),
+            Support::Unsupported { path, lack } => issues.push(Issue {
+                source: policy.source.clone(),
+                policy: policy.id.to_string(),
+                path: path.clone(),
+                message: format!(
+                    "{lack} (the TaskRuns this policy matches would be refused; see --tekton-version)"
+                ),
+                kind: IssueKind::Invalid,
+            }),
+        }
     }
     if issues.is_empty() {
         println!(

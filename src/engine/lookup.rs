@@ -75,10 +75,13 @@ pub struct Catalog {
     pub inline_task_spec_refused: bool,
     /// Tekton's default pod template (a `config-defaults` ConfigMap among the objects).
     pub default_pod_template: Option<Value>,
+    /// Pipelines by (namespace, name), for the TaskRuns of a PipelineRun with `pipelineRef`
+    /// (`render` and `test` of a PipelineRun).
+    pub pipelines: HashMap<(String, String), Value>,
 }
 
 impl Catalog {
-    /// Adds Namespace, Task and StepAction objects, and Tekton's feature-flags and config-defaults
+    /// Adds Namespace, Task, StepAction and Pipeline objects, and Tekton's feature-flags and config-defaults
     /// ConfigMaps; Tasks
     /// and StepActions without a namespace go into `default_namespace`. Other kinds are ignored.
     /// Returns how many were added.
@@ -116,6 +119,11 @@ impl Catalog {
                         self.tasks.insert((ns.to_owned(), task.name.clone()), task);
                         added += 1;
                     }
+                }
+                "Pipeline" if !name.is_empty() => {
+                    self.pipelines
+                        .insert((ns.to_owned(), name.to_owned()), object.clone());
+                    added += 1;
                 }
                 "StepAction" if !name.is_empty() => {
                     self.step_actions

@@ -15,7 +15,7 @@ use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
 use super::{Denial, check, isolate};
-use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, TaskRefPolicy};
+use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, Support, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 
 /// Where the TaskRun is created, and what else bookend can look up there.
@@ -39,8 +39,37 @@ pub(super) fn plan(
     lookup: &dyn Lookup,
 ) -> Plan {
     let mut warnings = Vec::new();
-    let outcome = plan_source(view, namespace, applied, set, lookup, &mut warnings);
+    let outcome = tekton_support(applied, &mut warnings)
+        .and_then(|()| plan_source(view, namespace, applied, set, lookup, &mut warnings));
     Plan { outcome, warnings }
+}
+
+/// Whether the cluster's Tekton runs the applied policies ([`Policy::tekton`]): a policy it
+/// cannot run refuses the TaskRun (Tekton would refuse or run it differently), naming the field
+/// and the Tekton version or flag; one whose `Always` falls back to `OnSuccess` adds a warning.
+pub(super) fn tekton_support(
+    applied: &[&Policy],
+    warnings: &mut Vec<String>,
+) -> Result<(), Denial> {
+    for policy in applied {
+        match &policy.tekton {
+            Support::Full => {}
+            Support::Degraded(_) => warnings.push(format!(
+                "bookend: {}: {}; its post-steps run only when every earlier step succeeded",
+                policy.id, policy.tekton
+            )),
+            Support::Unsupported { .. } => {
+                return Err(Denial::policy(
+                    policy,
+                    format!(
+                        "{}; bookend refuses the TaskRun rather than inject steps Tekton would refuse or run differently",
+                        policy.tekton
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn plan_source(

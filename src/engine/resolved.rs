@@ -5,7 +5,7 @@ use serde_json::{Map, Value};
 
 use super::admitted::{Injection, set_metadata_entry};
 use super::isolate;
-use super::plan::{Context, seal};
+use super::plan::{Context, seal, tekton_support};
 use super::{Decision, Lookup, Outcome, Request, record};
 use crate::patch;
 use crate::policy::select::{Labels, Subject};
@@ -65,9 +65,15 @@ pub fn decide_resolved_task(
     let defaults = task.get("spec").map_or(Ok(()), |spec| {
         isolate::check_param_defaults(spec, "spec.params", &applied)
     });
+    let supported = tekton_support(&applied, &mut decision.warnings);
     let result = match (
         applied.is_empty(),
-        isolate::check_annotations(execution_mode, "metadata.annotations").and(defaults),
+        supported
+            .and(isolate::check_annotations(
+                execution_mode,
+                "metadata.annotations",
+            ))
+            .and(defaults),
     ) {
         (false, Err(denial)) => Err(denial),
         _ => seal(

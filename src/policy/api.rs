@@ -34,7 +34,7 @@ pub const API_VERSION: &str = "bookend.dev/v1alpha1";
     doc = "Pre-steps and post-steps bookend injects into the TaskRuns of this policy's own namespace.",
     status = "StepPolicyStatus",
     printcolumn = r#"{"name":"Ready","type":"string","description":"Whether the policy is in bookend's active set","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
-    printcolumn = r#"{"name":"Reason","type":"string","description":"Loaded, Invalid or Conflict","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","description":"Loaded, TektonUnsupported, Invalid or Conflict","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
@@ -70,6 +70,13 @@ pub struct StepPolicySpec {
     /// final verdict step).
     #[serde(default)]
     pub post_steps_run: PostStepsRun,
+    /// When the cluster's Tekton cannot run postStepsRun: Always (bookend's gates need step
+    /// when and step results: Tekton v0.62 to v0.70 without enable-step-actions "true").
+    /// Deny (the default): the TaskRuns the policy matches are refused, naming the flag to set.
+    /// OnSuccess: the post-steps are injected to run only when every earlier step succeeded,
+    /// with a warning on each TaskRun.
+    #[serde(default, skip_serializing_if = "AlwaysFallback::is_default")]
+    pub post_steps_run_fallback: AlwaysFallback,
     /// Volumes added to `taskSpec.volumes` for the injected steps' volumeMounts.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(schema_with = "volumes_schema")]
@@ -106,6 +113,7 @@ impl Default for StepPolicySpec {
             pre_steps: Vec::new(),
             post_steps: Vec::new(),
             post_steps_run: PostStepsRun::default(),
+            post_steps_run_fallback: AlwaysFallback::default(),
             volumes: Vec::new(),
             task_ref: TaskRefPolicy::default(),
             remote_task_ref: RemoteTaskRefPolicy::default(),
@@ -121,7 +129,9 @@ impl Default for StepPolicySpec {
 pub struct StepPolicyStatus {
     /// `Ready`: True (reason Loaded) when the policy is in bookend's active set; False when it
     /// is left out, with reason Invalid (the message names the field) or Conflict (the message
-    /// names the policy that keeps the step or volume name).
+    /// names the policy that keeps the step or volume name), or TektonUnsupported (in the set,
+    /// but the cluster's Tekton cannot run it, so the TaskRuns it matches are refused; the
+    /// message names the Tekton version or the feature flag to set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<PolicyCondition>,
@@ -148,7 +158,7 @@ pub struct PolicyCondition {
     pub type_: String,
     /// True, False or Unknown.
     pub status: String,
-    /// Loaded, Invalid or Conflict.
+    /// Loaded, TektonUnsupported, Invalid or Conflict.
     pub reason: String,
     pub message: String,
     /// The `metadata.generation` the condition was set for.
@@ -186,6 +196,22 @@ pub enum TaskRefPolicy {
     Inline,
     Skip,
     Deny,
+}
+
+/// What `postStepsRun: Always` becomes on a Tekton that cannot run it.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum AlwaysFallback {
+    /// Refuse the TaskRuns the policy matches.
+    #[default]
+    Deny,
+    /// Inject the post-steps to run only on success, with a warning.
+    OnSuccess,
+}
+
+impl AlwaysFallback {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Where a TaskRun's Task may mount its workspaces.

@@ -11,6 +11,7 @@ mod index;
 pub mod load;
 pub mod select;
 mod set;
+pub mod support;
 pub mod validate;
 
 use std::fmt;
@@ -19,11 +20,14 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 pub use api::{
-    Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec, TaskRefPolicy,
-    WorkspaceMounts,
+    AlwaysFallback, Mode, PostStepsRun, RemoteTaskRefPolicy, StepPolicy, StepPolicySpec,
+    TaskRefPolicy, WorkspaceMounts,
 };
 use select::{Criterion, Matcher, Subject};
 pub use set::PolicySet;
+pub use support::Support;
+
+use crate::tekton::cluster::Cluster;
 
 /// Engine-wide settings that policies are checked against.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -38,6 +42,9 @@ pub struct Settings {
     /// The user Tekton's controller acts as; its dry-run Task CREATEs (remote resolution) get
     /// the policies' steps too.
     pub tekton_controller: String,
+    /// What the cluster's Tekton can run (version, feature flags): decides each policy's
+    /// [`Support`].
+    pub tekton: Cluster,
 }
 
 /// Default reserved prefix.
@@ -57,6 +64,7 @@ impl Default for Settings {
             helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
             helper_run_as_user: Some(DEFAULT_HELPER_RUN_AS_USER),
             tekton_controller: DEFAULT_TEKTON_CONTROLLER.to_owned(),
+            tekton: Cluster::default(),
         }
     }
 }
@@ -203,6 +211,9 @@ pub struct Policy {
     pub(crate) pre_steps: Vec<Value>,
     pub(crate) post_steps: Vec<Value>,
     pub(crate) volumes: Vec<Value>,
+    /// Whether the cluster's Tekton runs it ([`Settings::tekton`]); when `Degraded`, `spec`
+    /// already says `postStepsRun: OnSuccess` (the hash is the authored spec's).
+    pub tekton: Support,
 }
 
 /// Whether a policy applies to a TaskRun, and which criterion decided when it does not.
@@ -244,9 +255,14 @@ impl Policy {
         let post_steps = doc.spec.post_steps.iter().map(to_json).collect();
         let volumes = doc.spec.volumes.iter().map(to_json).collect();
         let (hash, size) = (spec_hash(&doc.spec), spec_size(&doc.spec));
+        let tekton = support::support(&doc.spec, &settings.tekton);
+        let mut spec = doc.spec;
+        if matches!(tekton, Support::Degraded(_)) {
+            spec.post_steps_run = PostStepsRun::OnSuccess;
+        }
         Ok(Self {
             id: doc.id,
-            spec: doc.spec,
+            spec,
             source: doc.source,
             created: doc.created,
             hash,
@@ -256,6 +272,7 @@ impl Policy {
             pre_steps,
             post_steps,
             volumes,
+            tekton,
         })
     }
 

@@ -368,7 +368,16 @@ async fn livez() -> &'static str {
 
 async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.ready.load(Ordering::Acquire) && state.policies.is_ready() {
-        (StatusCode::OK, "ok\n").into_response()
+        // The Tekton the policies are compiled for, so `curl /readyz` answers "which Tekton
+        // does bookend think this is" (kubelet probes read only the status).
+        let set = state.policies.current().set.clone();
+        let tekton = &set.settings().tekton;
+        let support = if tekton.is_supported() {
+            ""
+        } else {
+            " (older than bookend supports)"
+        };
+        (StatusCode::OK, format!("ok\n{tekton}{support}\n")).into_response()
     } else {
         (
             StatusCode::SERVICE_UNAVAILABLE,

@@ -126,6 +126,7 @@ pub mod test_support {
 
 async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
     let metrics = Metrics::new();
+    metrics.set_tekton_info(&config.settings.tekton);
     let tls = Arc::new(TlsStore::load(config.tls.clone(), metrics.clone())?);
     let mut followups = None;
     let policies: Arc<dyn PolicySource> = match config.source {

@@ -29,6 +29,7 @@ use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
 use crate::policy::{PolicySet, Settings};
 use crate::tekton::TaskObject;
+use crate::tekton::cluster::{Cluster, FeatureFlags, Version};
 
 /// Source name used in policy issues from the API server.
 pub const SOURCE: &str = "kubernetes";
@@ -75,6 +76,48 @@ pub struct ClusterLookup {
     pub feature_flags: Store<ConfigMap>,
     /// Tekton's `config-defaults` ConfigMap (at most one object).
     pub config_defaults: Store<ConfigMap>,
+    /// Tekton's `pipelines-info` ConfigMap (at most one object): its version.
+    pub pipelines_info: Store<ConfigMap>,
+}
+
+/// Tekton's ConfigMap with its release (`data.version`, e.g. `v0.62.3`).
+pub const PIPELINES_INFO_CONFIG_MAP: &str = "pipelines-info";
+
+/// What the cluster's Tekton can run, from its `pipelines-info` and `feature-flags`
+/// ConfigMaps; what is missing or unreadable keeps `assumed`'s part (`--tekton-version`, the
+/// newest by default), and each problem is returned to be logged.
+pub fn tekton_cluster(
+    pipelines_info: Option<&ConfigMap>,
+    feature_flags: Option<&ConfigMap>,
+    assumed: &Cluster,
+) -> (Cluster, Vec<String>) {
+    let mut cluster = assumed.clone();
+    let mut problems = Vec::new();
+    match pipelines_info
+        .and_then(|cm| cm.data.as_ref())
+        .and_then(|d| d.get("version"))
+    {
+        Some(text) => match text.parse::<Version>() {
+            Ok(version) => cluster.version = version,
+            Err(e) => problems.push(format!("{PIPELINES_INFO_CONFIG_MAP}: {e}; assuming {}", assumed.version)),
+        },
+        None => problems.push(format!(
+            "no version in Tekton's {PIPELINES_INFO_CONFIG_MAP} ConfigMap (not readable, or not installed yet); assuming {}",
+            assumed.version
+        )),
+    }
+    if let Some(data) = feature_flags.and_then(|cm| cm.data.as_ref()) {
+        let mut flags = FeatureFlags::default();
+        for (key, value) in data {
+            if let Err(e) = flags.set(key, value) {
+                problems.push(format!(
+                    "{FEATURE_FLAGS_CONFIG_MAP}: {e}; Tekton's default assumed"
+                ));
+            }
+        }
+        cluster.flags = flags;
+    }
+    (cluster, problems)
 }
 
 /// Tekton's namespace: the one its controller's service account lives in
@@ -205,13 +248,21 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         None,
         m.clone(),
     );
-    // Not waited for: bookend must start without it (a missing Role, no Tekton yet); until it
-    // has synced, inlining is allowed and Tekton's own validation decides.
+    // Waited for only briefly: bookend must start without it (a missing Role, no Tekton yet);
+    // until it has synced, inlining is allowed and Tekton's own validation decides, and the
+    // policies are compiled for the Tekton of `--tekton-version`. A change rebuilds the set.
     let feature_flags = spawn_reflector::<ConfigMap>(
         Api::namespaced(client.clone(), tekton_namespace(&settings)),
         (),
         watcher::Config::default().fields(&format!("metadata.name={FEATURE_FLAGS_CONFIG_MAP}")),
-        None,
+        Some(notify.clone()),
+        m.clone(),
+    );
+    let pipelines_info = spawn_reflector::<ConfigMap>(
+        Api::namespaced(client.clone(), tekton_namespace(&settings)),
+        (),
+        watcher::Config::default().fields(&format!("metadata.name={PIPELINES_INFO_CONFIG_MAP}")),
+        Some(notify.clone()),
         m.clone(),
     );
     // Likewise: until it has synced, bookend knows no default pod template, and refuses
@@ -256,8 +307,9 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         namespaces: namespaces.clone(),
         tasks: tasks.clone(),
         step_actions: step_actions.clone(),
-        feature_flags,
+        feature_flags: feature_flags.clone(),
         config_defaults,
+        pipelines_info: pipelines_info.clone(),
     });
     let current = Arc::new(ArcSwap::from_pointee(Snapshot {
         set: Arc::new(PolicySet::default()),
@@ -288,9 +340,44 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
             tracing::error!("a cache writer stopped before it synced");
             return;
         }
+        // Tekton's ConfigMaps decide which policies the cluster can run: give them a moment to
+        // sync (they may never, without the Role), so the first set is compiled for the real
+        // cluster rather than the assumed one.
+        let tekton_synced = async {
+            let _ = pipelines_info.wait_until_ready().await;
+            let _ = feature_flags.wait_until_ready().await;
+        };
+        if tokio::time::timeout(Duration::from_secs(5), tekton_synced)
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "Tekton's pipelines-info or feature-flags ConfigMap not synced after 5s (check the Role on them); assuming {} until they are",
+                settings.tekton
+            );
+        }
         tracing::info!("kubernetes caches synced");
         let mut built_from = None;
+        let mut tekton_seen: Option<Cluster> = None;
         loop {
+            let (tekton, problems) = tekton_cluster(
+                pipelines_info.state().first().map(AsRef::as_ref),
+                feature_flags.state().first().map(AsRef::as_ref),
+                &settings.tekton,
+            );
+            if tekton_seen.as_ref() != Some(&tekton) {
+                for problem in &problems {
+                    tracing::warn!(%problem, "Tekton's configuration");
+                }
+                tracing::info!(
+                    tekton_version = %tekton.version,
+                    supported = tekton.is_supported(),
+                    flags = %tekton.describe_flags(),
+                    "Tekton cluster"
+                );
+                metrics.set_tekton_info(&tekton);
+                tekton_seen = Some(tekton.clone());
+            }
             let objects: Vec<Arc<DynamicObject>> = cluster_policies
                 .state()
                 .into_iter()
@@ -316,6 +403,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                 })
                 .collect();
             inputs.sort();
+            let inputs = (inputs, tekton.clone());
             if built_from.as_ref() == Some(&inputs) {
                 notify.notified().await;
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -339,7 +427,11 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
                     v
                 })
                 .collect();
-            let loaded = policy_set_from_objects(SOURCE, &values, settings.clone());
+            let settings = Settings {
+                tekton,
+                ..settings.clone()
+            };
+            let loaded = policy_set_from_objects(SOURCE, &values, settings);
             let notes = super::status::event_notes(&loaded.issues);
             let mut states = super::status::states(&loaded);
             metrics.set_invalid_policies(notes.len());
@@ -489,7 +581,39 @@ mod tests {
             step_actions: store_of(step_action_resource(), vec![action]),
             feature_flags: store_of((), vec![]),
             config_defaults: store_of((), vec![]),
+            pipelines_info: store_of((), vec![]),
         }
+    }
+
+    #[test]
+    fn the_tekton_cluster_comes_from_its_config_maps() {
+        let cm = |name: &str, data: Value| -> ConfigMap {
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "namespace": "tekton-pipelines"}, "data": data}),
+            )
+            .unwrap()
+        };
+        let info = cm("pipelines-info", json!({"version": "v0.62.3"}));
+        let flags = cm(
+            "feature-flags",
+            json!({"enable-step-actions": "true", "enable-api-fields": "beta"}),
+        );
+        let assumed = Cluster::default();
+        let (c, problems) = tekton_cluster(Some(&info), None, &assumed);
+        assert_eq!(c.version, Version::new(0, 62, 3));
+        assert!(!c.step_actions_enabled(), "Tekton's default before v1.0");
+        assert!(problems.is_empty(), "{problems:?}");
+        let (c, _) = tekton_cluster(Some(&info), Some(&flags), &assumed);
+        assert!(c.step_actions_enabled());
+        // Nothing readable: the assumed cluster, and a problem naming the ConfigMap.
+        let (c, problems) = tekton_cluster(None, None, &assumed);
+        assert_eq!(c, assumed);
+        assert!(problems[0].contains("pipelines-info"), "{problems:?}");
+        let bad = cm("pipelines-info", json!({"version": "devel"}));
+        let bad_flag = cm("feature-flags", json!({"enable-api-fields": "gamma"}));
+        let (c, problems) = tekton_cluster(Some(&bad), Some(&bad_flag), &assumed);
+        assert_eq!(c, assumed);
+        assert_eq!(problems.len(), 2, "{problems:?}");
     }
 
     #[test]

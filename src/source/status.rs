@@ -22,7 +22,7 @@ use tokio::sync::watch;
 use crate::metrics::Metrics;
 use crate::policy::api::{API_VERSION, PolicyCondition, StepPolicyStatus};
 use crate::policy::load::LoadedSet;
-use crate::policy::{Issue, IssueKind, Mode};
+use crate::policy::{Issue, IssueKind, Mode, Support};
 
 /// The field manager of every status write.
 pub const FIELD_MANAGER: &str = "bookend";
@@ -39,7 +39,12 @@ pub enum State {
         pre_steps: Vec<String>,
         post_steps: Vec<String>,
         volumes: Vec<String>,
+        /// How the cluster's Tekton changes what it does (`postStepsRunFallback: OnSuccess`).
+        degraded: Option<String>,
     },
+    /// In the set, but the cluster's Tekton cannot run it: the TaskRuns it matches are refused
+    /// (the message names the field, the Tekton version or the flag to set).
+    TektonUnsupported(String),
     /// Left out: it breaks a rule of its own (the message names the field).
     Invalid(String),
     /// Left out: a policy with precedence uses one of its names (the message names it).
@@ -50,6 +55,7 @@ impl State {
     fn reason(&self) -> &'static str {
         match self {
             Self::Loaded { .. } => "Loaded",
+            Self::TektonUnsupported(_) => "TektonUnsupported",
             Self::Invalid(_) => "Invalid",
             Self::Conflict(_) => "Conflict",
         }
@@ -62,6 +68,7 @@ impl State {
                 pre_steps,
                 post_steps,
                 volumes,
+                degraded,
             } => {
                 let mut parts = Vec::new();
                 for (what, names) in [
@@ -78,13 +85,20 @@ impl State {
                 } else {
                     parts.join("; ")
                 };
-                match mode {
+                let active = match mode {
                     Mode::Enforce => format!("active: injects {what}"),
                     Mode::Audit => {
                         format!("active in Audit mode: reports, without injecting, {what}")
                     }
+                };
+                match degraded {
+                    Some(how) => format!("{active}; {how}"),
+                    None => active,
                 }
             }
+            Self::TektonUnsupported(m) => format!(
+                "the cluster's Tekton cannot run this policy, so the TaskRuns it matches are refused: {m}"
+            ),
             Self::Invalid(m) | Self::Conflict(m) => m.clone(),
         }
     }
@@ -93,6 +107,7 @@ impl State {
     fn event(&self) -> (EventType, &'static str) {
         match self {
             Self::Loaded { .. } => (EventType::Normal, "PolicyLoaded"),
+            Self::TektonUnsupported(_) => (EventType::Warning, "PolicyUnsupportedByTekton"),
             Self::Invalid(_) => (EventType::Warning, "InvalidPolicy"),
             Self::Conflict(_) => (EventType::Warning, "PolicyConflict"),
         }
@@ -103,6 +118,10 @@ impl State {
 pub fn states(loaded: &LoadedSet) -> HashMap<String, State> {
     let mut out: HashMap<String, State> = HashMap::new();
     for policy in loaded.set.policies() {
+        if let Some(problem) = policy.tekton.problem() {
+            out.insert(policy.id.to_string(), State::TektonUnsupported(problem));
+            continue;
+        }
         out.insert(
             policy.id.to_string(),
             State::Loaded {
@@ -120,6 +139,8 @@ pub fn states(loaded: &LoadedSet) -> HashMap<String, State> {
                     .map(|s| s.name.clone())
                     .collect(),
                 volumes: policy.spec.volumes.iter().map(|v| v.name.clone()).collect(),
+                degraded: matches!(policy.tekton, Support::Degraded(_))
+                    .then(|| policy.tekton.to_string()),
             },
         );
     }
@@ -444,6 +465,7 @@ mod tests {
                 pre_steps: vec!["bookend-org".into()],
                 post_steps: vec![],
                 volumes: vec!["bookend-cache".into()],
+                degraded: None,
             }
         );
         assert_eq!(
@@ -533,5 +555,76 @@ mod tests {
         );
         let back: StepPolicyStatus = serde_json::from_value(value).unwrap();
         assert_eq!(back, status);
+    }
+}
+
+#[cfg(test)]
+mod tekton_tests {
+    use super::*;
+    use crate::policy::Settings;
+    use crate::policy::load::policy_set_from_objects;
+    use crate::tekton::cluster::{Cluster, FeatureFlags};
+
+    /// A policy the cluster's Tekton cannot run is Ready False with reason TektonUnsupported
+    /// and the flag in its message; with the fallback it is Loaded and says how it runs.
+    #[test]
+    fn a_policy_the_clusters_tekton_cannot_run_is_not_ready() {
+        let always = |name: &str, fallback: &str| {
+            json!({"apiVersion": API_VERSION, "kind": "ClusterStepPolicy",
+                   "metadata": {"name": name, "generation": 1},
+                   "spec": {"postStepsRun": "Always", "postStepsRunFallback": fallback,
+                            "postSteps": [{"name": format!("bookend-{name}"), "image": "alpine"}]}})
+        };
+        let settings = |step_actions| Settings {
+            tekton: Cluster {
+                version: "v0.62.3".parse().unwrap(),
+                flags: FeatureFlags {
+                    enable_step_actions: step_actions,
+                    ..FeatureFlags::default()
+                },
+            },
+            ..Settings::default()
+        };
+        let objects = [always("deny", "Deny"), always("degrade", "OnSuccess")];
+        let first = states(&policy_set_from_objects(
+            "kubernetes",
+            &objects,
+            settings(None),
+        ));
+        let status = desired(&first["ClusterStepPolicy/deny"], Some(1), None, "now");
+        let c = &status.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "TektonUnsupported")
+        );
+        assert!(
+            c.message.contains("spec.postStepsRun: Tekton v0.62.3 refuses step when unless its feature flag enable-step-actions is \"true\""),
+            "{}",
+            c.message
+        );
+        assert!(
+            status.post_steps.is_empty(),
+            "nothing injected while not Ready"
+        );
+        assert_eq!(
+            first["ClusterStepPolicy/deny"].event(),
+            (EventType::Warning, "PolicyUnsupportedByTekton")
+        );
+        let degraded = desired(&first["ClusterStepPolicy/degrade"], Some(1), None, "now");
+        let c = &degraded.conditions[0];
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("True", "Loaded"));
+        assert!(c.message.contains("runs as OnSuccess"), "{}", c.message);
+        // With the flag set both are simply loaded.
+        let flagged = states(&policy_set_from_objects(
+            "kubernetes",
+            &objects,
+            settings(Some(true)),
+        ));
+        for state in flagged.values() {
+            assert!(
+                matches!(state, State::Loaded { degraded: None, .. }),
+                "{state:?}"
+            );
+        }
     }
 }

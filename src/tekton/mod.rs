@@ -3,8 +3,12 @@
 
 use serde_json::{Map, Value};
 
+/// What a Tekton cluster can run: version and feature flags.
+pub mod cluster;
 /// Tekton's `stepTemplate` merge (`MergeStepsWithStepTemplate`), ported to JSON.
 pub mod merge;
+/// The TaskRuns a PipelineRun's controller creates (`bookend render` of a PipelineRun).
+pub mod pipeline;
 
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";

@@ -33,6 +33,7 @@ mod daemon;
 mod node;
 mod pods;
 mod prereqs;
+mod preview;
 mod remote;
 mod runs;
 mod scenarios;
@@ -379,7 +380,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 16] = [
+    let list: [(&str, Scenario); 17] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -437,6 +438,10 @@ fn injected_taskruns_run() {
         (
             "16 the Pod is the truth: unsealed TaskRuns' Pods, image swaps, impostor Pods refused",
             pods::scenario_tampered_pods,
+        ),
+        (
+            "17 PipelineRun preview: bookend render equals the TaskRuns Tekton's controller creates",
+            preview::scenario_preview,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and

@@ -23,7 +23,7 @@ pub const ORDER: &str = "rt-order";
 pub const ALWAYS: &str = "rt-always";
 const STEPACTION: &str = "rt-stepaction";
 const V1BETA1: &str = "rt-v1beta1";
-const PIPELINE: &str = "rt-pipeline";
+pub const PIPELINE: &str = "rt-pipeline";
 const DENY: &str = "rt-deny";
 const WORKSPACE: &str = "rt-workspace";
 

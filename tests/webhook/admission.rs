@@ -313,6 +313,12 @@ async fn admin_endpoints_expose_health_and_every_metric_family() {
         .await
         .unwrap();
     assert_eq!(readyz.status(), 200);
+    // The Tekton the policies are compiled for (files mode: --tekton-version, the newest).
+    let ready_text = readyz.text().await.unwrap();
+    assert!(
+        ready_text.starts_with("ok\nTekton v1.15.0 (enable-step-actions=true"),
+        "{ready_text}"
+    );
     let _ = post(&server.h2(), &server.url("/mutate"), body(&sample_review())).await;
     let response = admin
         .get(format!("http://{}/metrics", server.admin))
@@ -340,6 +346,7 @@ async fn admin_endpoints_expose_health_and_every_metric_family() {
         "bookend_admission_in_flight 0",
         "# TYPE bookend_webhook_connections gauge",
         "bookend_tls_handshake_errors_total",
+        "bookend_tekton_info{version=\"v1.15.0\",supported=\"true\",step_actions=\"true\",api_fields=\"beta\"} 1",
     ] {
         assert!(text.contains(family), "missing {family:?} in\n{text}");
     }

@@ -31,7 +31,13 @@ pub struct TestArgs {
 /// Exit 0 when every case passes, 1 when one fails, 2 on bad input (an unreadable or invalid
 /// test file, invalid policies, a TaskRun that is not in the resources).
 pub(super) fn run(args: &TestArgs) -> u8 {
-    let settings = args.engine.settings();
+    let settings = match args.engine.settings() {
+        Ok(settings) => settings,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return exit::USAGE;
+        }
+    };
     let suites: Result<Vec<Suite>, suite::BadInput> =
         suite::test_files(&args.paths).and_then(|files| {
             if files.is_empty() {

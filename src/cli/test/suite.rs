@@ -9,11 +9,13 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::diff::diff;
+use crate::cli::pipeline;
 use crate::engine::{self, Catalog, Outcome, Request};
 use crate::policy::load::yaml_documents;
 use crate::policy::{PolicySet, Settings};
 use crate::source::files::load_catalog;
 use crate::source::walk::{policy_files, policy_set};
+use crate::tekton::pipeline::{PIPELINE_RUN_LABEL, PIPELINE_TASK_LABEL};
 use crate::tekton::{self, TaskRunView};
 
 /// `apiVersion` of a test file.
@@ -32,8 +34,9 @@ struct TestDoc {
     metadata: Metadata,
     /// Policy files or directories, relative to the test file.
     policies: Vec<PathBuf>,
-    /// Files or directories with the TaskRuns under test and the Tasks, StepActions and
-    /// Namespaces (with their labels) they need, relative to the test file.
+    /// Files or directories with the TaskRuns and PipelineRuns under test and the Tasks,
+    /// Pipelines, StepActions and Namespaces (with their labels) they need, relative to the test
+    /// file.
     #[serde(default)]
     resources: Vec<PathBuf>,
     /// What each TaskRun must become.
@@ -50,12 +53,21 @@ struct Metadata {
 #[derive(Deserialize, Debug, Clone)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Expect {
-    /// Case name in the output (default: `<namespace>/<taskRun>`).
+    /// Case name in the output (default: `<namespace>/<taskRun>`, or
+    /// `<namespace>/<pipelineRun>/<pipelineTask>`).
     #[serde(default)]
     pub name: Option<String>,
     /// `metadata.name` or `metadata.generateName` of a TaskRun in the resources
-    /// (`namespace/name` when the name alone is ambiguous).
-    pub task_run: String,
+    /// (`namespace/name` when the name alone is ambiguous). Either this or `pipelineRun`.
+    #[serde(default)]
+    pub task_run: Option<String>,
+    /// `metadata.name` or `metadata.generateName` of a PipelineRun in the resources: the case
+    /// is the TaskRun its controller creates for `pipelineTask` (every instance of a matrix).
+    #[serde(default)]
+    pub pipeline_run: Option<String>,
+    /// The PipelineTask (of `tasks` or `finally`) of `pipelineRun`.
+    #[serde(default)]
+    pub pipeline_task: Option<String>,
     /// Namespace the TaskRun is created in (default: its metadata.namespace, else `default`).
     #[serde(default)]
     pub namespace: Option<String>,
@@ -235,41 +247,76 @@ impl Suite {
         let resources: Vec<PathBuf> = doc.resources.iter().map(at).collect();
         let catalog = load_catalog(&resources).map_err(|e| format!("{test}: resources: {e}"))?;
         let mut taskruns = Vec::new();
+        let mut expanded = Vec::new();
         let files = policy_files(&resources).map_err(|i| format!("{test}: resources: {i}"))?;
         for f in files {
             let text = std::fs::read_to_string(&f)
                 .map_err(|e| format!("{test}: {}: cannot read: {e}", f.display()))?;
             let objects =
                 yaml_documents(&text).map_err(|e| format!("{test}: {}: {e}", f.display()))?;
+            let pipeline_runs: Vec<Value> = objects
+                .iter()
+                .filter(|o| pipeline::is_pipeline_run(o))
+                .cloned()
+                .collect();
             taskruns.extend(
                 objects
                     .into_iter()
                     .filter(|o| TaskRunView::new(o).is_some()),
             );
+            // The TaskRuns of each PipelineRun, as its controller would create them.
+            let mut notes = Vec::new();
+            expanded.extend(
+                pipeline::expand(pipeline_runs, &catalog, "default", None, &mut notes)
+                    .map_err(|e| format!("{test}: {}: {e}", f.display()))?,
+            );
         }
         let mut cases = Vec::new();
-        for expect in doc.results {
-            let object = find(&taskruns, &expect.task_run).map_err(|e| format!("{test}: {e}"))?;
-            let view = TaskRunView::new(&object).expect("filtered to TaskRuns");
-            let namespace = expect
-                .namespace
-                .clone()
-                .or_else(|| view.namespace().map(str::to_owned))
-                .unwrap_or_else(|| "default".to_owned());
+        for (i, expect) in doc.results.into_iter().enumerate() {
+            let found = match (&expect.task_run, &expect.pipeline_run, &expect.pipeline_task) {
+                (Some(reference), None, None) => find(&taskruns, reference)
+                    .map(|object| vec![(format!("/{reference}"), String::new(), object)]),
+                (None, Some(run), Some(task)) => children(&expanded, run, task).map(|objects| {
+                    let many = objects.len() > 1;
+                    objects
+                        .into_iter()
+                        .enumerate()
+                        .map(|(n, o)| {
+                            let instance = if many { format!(" [{n}]") } else { String::new() };
+                            (format!("/{run}/{task}"), instance, o)
+                        })
+                        .collect()
+                }),
+                _ => Err(format!(
+                    "results[{i}]: name the TaskRun under test with taskRun, or with pipelineRun and pipelineTask"
+                )),
+            }
+            .map_err(|e| format!("{test}: {e}"))?;
             let patched = match &expect.patched_task_run {
                 None => None,
                 Some(p) => Some(read_one(&at(p)).map_err(|e| format!("{test}: {e}"))?),
             };
-            cases.push(Case {
-                name: expect
-                    .name
+            for (what, instance, object) in found {
+                let view = TaskRunView::new(&object).expect("filtered to TaskRuns");
+                let namespace = expect
+                    .namespace
                     .clone()
-                    .unwrap_or_else(|| format!("{namespace}/{}", expect.task_run)),
-                namespace,
-                object,
-                expect,
-                patched,
-            });
+                    .or_else(|| view.namespace().map(str::to_owned))
+                    .unwrap_or_else(|| "default".to_owned());
+                cases.push(Case {
+                    name: format!(
+                        "{}{instance}",
+                        expect
+                            .name
+                            .clone()
+                            .unwrap_or_else(|| format!("{namespace}{what}"))
+                    ),
+                    namespace,
+                    object,
+                    expect: expect.clone(),
+                    patched: patched.clone(),
+                });
+            }
         }
         Ok(Self {
             file: file.to_owned(),
@@ -449,6 +496,53 @@ fn find(taskruns: &[Value], reference: &str) -> Result<Value, String> {
             found.len()
         )),
     }
+}
+
+/// The TaskRuns a PipelineRun (`name` or `namespace/name`, its name or generateName) creates
+/// for one PipelineTask, every matrix instance.
+fn children(expanded: &[Value], run: &str, task: &str) -> Result<Vec<Value>, String> {
+    let (namespace, name) = match run.split_once('/') {
+        Some((ns, n)) => (Some(ns), n),
+        None => (None, run),
+    };
+    let label = |o: &Value, k: &str| {
+        o.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    let generated = format!("{name}{}", crate::tekton::pipeline::GENERATED_SUFFIX);
+    let of_run: Vec<&Value> = expanded
+        .iter()
+        .filter(|o| {
+            label(o, PIPELINE_RUN_LABEL).is_some_and(|l| l == name || l == generated)
+                && namespace.is_none_or(|ns| {
+                    o.pointer("/metadata/namespace").and_then(Value::as_str) == Some(ns)
+                })
+        })
+        .collect();
+    if of_run.is_empty() {
+        return Err(format!(
+            "results: pipelineRun {run:?} is not among the resources' PipelineRuns (or creates no TaskRun)"
+        ));
+    }
+    let found: Vec<Value> = of_run
+        .iter()
+        .filter(|o| label(o, PIPELINE_TASK_LABEL).as_deref() == Some(task))
+        .map(|o| (*o).clone())
+        .collect();
+    if found.is_empty() {
+        let known: BTreeMap<String, ()> = of_run
+            .iter()
+            .filter_map(|o| label(o, PIPELINE_TASK_LABEL))
+            .map(|t| (t, ()))
+            .collect();
+        return Err(format!(
+            "results: pipelineTask {task:?} of PipelineRun {run:?} creates no TaskRun; those that do: {:?}",
+            known.keys().collect::<Vec<_>>()
+        ));
+    }
+    Ok(found)
 }
 
 /// A file with exactly one object.

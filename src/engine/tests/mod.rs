@@ -17,6 +17,7 @@ mod recognition;
 mod selection;
 mod task_ref;
 mod task_spec;
+mod tekton_versions;
 
 /// A policy set from YAML; panics on any issue (tests write valid policies unless they say so).
 pub(crate) fn policies(yaml: &str) -> PolicySet {

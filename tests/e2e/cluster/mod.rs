@@ -56,6 +56,7 @@ use policies::{
 };
 use status::{
     scenario_openreports, scenario_policy_reports, scenario_policy_status, scenario_taskrun_events,
+    scenario_tekton_version,
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 
@@ -252,6 +253,10 @@ fn real_apiserver_calls_bookend() {
         (
             "a team policy cannot evict or wrap an org policy",
             scenario_team_cannot_evict_or_wrap_org,
+        ),
+        (
+            "the cluster's Tekton: pipelines-info and feature-flags flip a policy's status",
+            scenario_tekton_version,
         ),
         ("taskRef to a cluster Task is inlined", scenario_task_ref),
         (

@@ -9,7 +9,7 @@ use serde_json::{Value, json};
 use crate::kube::{Cluster, cluster_policy, poll};
 
 use super::helm::helm_upgrade;
-use super::objects::{busybox_step, metadata_str, step_names, taskrun};
+use super::objects::{busybox_step, first_line, metadata_str, step_names, taskrun};
 use super::{Ctx, TEAM_A, TEAM_B};
 
 /// `kubectl get clustersteppolicies` as a user reads it: name -> the other columns (READY,
@@ -581,5 +581,69 @@ pub(super) fn scenario_openreports(ctx: &mut Ctx) -> String {
         uids.len(),
         report["results"].as_array().map_or(0, Vec::len),
         report["summary"]
+    )
+}
+
+/// The cluster's Tekton: bookend reads `pipelines-info` and `feature-flags`. On v0.62.3 with
+/// Tekton's default flags the example `Always` policy (org-sbom) turns READY False, reason
+/// TektonUnsupported, and a TaskRun it matches is refused naming the flag; setting
+/// `enable-step-actions: "true"` turns it READY True and the TaskRun is admitted again; without
+/// the ConfigMaps bookend assumes the newest Tekton.
+pub(super) fn scenario_tekton_version(ctx: &mut Ctx) -> String {
+    let run = super::objects::yaml_docs(&super::objects::example("examples/taskruns/build.yaml"))
+        .into_iter()
+        .find(|d| d["kind"] == "TaskRun")
+        .expect("a TaskRun in build.yaml");
+    let config_map = |name: &str, data: Value| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "tekton-pipelines"}, "data": data})
+    };
+    let _ = ctx
+        .cluster
+        .kubectl(&["create", "namespace", "tekton-pipelines"]);
+    poll_ready(&ctx.cluster, "org-sbom", ["True", "Loaded"]);
+    ctx.cluster
+        .apply(&config_map("pipelines-info", json!({"version": "v0.62.3"})))
+        .expect_ok("Tekton's pipelines-info");
+    poll_ready(&ctx.cluster, "org-sbom", ["False", "TektonUnsupported"]);
+    let message = ctx.cluster.get_json(
+        &["clustersteppolicy", "org-sbom"],
+        "kubectl get clustersteppolicy org-sbom",
+    )["status"]["conditions"][0]["message"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    assert!(
+        message.contains("Tekton v0.62.3 refuses step when unless its feature flag enable-step-actions is \"true\""),
+        "{message}"
+    );
+    let refused = ctx.cluster.dry_run(&run);
+    assert!(
+        !refused.ok() && refused.stderr.contains("set enable-step-actions: \"true\""),
+        "{}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    ctx.cluster
+        .apply(&config_map(
+            "feature-flags",
+            json!({"enable-step-actions": "true"}),
+        ))
+        .expect_ok("Tekton's feature flags");
+    poll_ready(&ctx.cluster, "org-sbom", ["True", "Loaded"]);
+    ctx.cluster.poll_dry_run(
+        "admitted with enable-step-actions",
+        &run,
+        crate::kube::Out::succeeded,
+    );
+    for name in ["feature-flags", "pipelines-info"] {
+        ctx.cluster
+            .kubectl(&["delete", "configmap", "-n", "tekton-pipelines", name])
+            .expect_ok("delete Tekton's ConfigMap");
+    }
+    poll_ready(&ctx.cluster, "org-sbom", ["True", "Loaded"]);
+    format!(
+        "v0.62.3 default flags: TektonUnsupported ({}); enable-step-actions: Loaded",
+        first_line(&refused.stderr)
     )
 }
