@@ -217,7 +217,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 23] = [
+    let scenarios: [(&str, Scenario); 24] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
