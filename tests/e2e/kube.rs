@@ -289,6 +289,11 @@ pub struct Cluster {
 
 impl Cluster {
     pub fn start(dir: PathBuf) -> Self {
+        Self::start_with(dir, &[])
+    }
+
+    /// `start` with `env` for start-cluster.sh (e.g. `E2E_AUDIT_USERS`).
+    pub fn start_with(dir: PathBuf, env: &[(&str, &str)]) -> Self {
         // The guard exists before anything runs, so a failure below still stops what started.
         let cluster = Self {
             kubectl: Kubectl {
@@ -306,7 +311,8 @@ impl Cluster {
             let mut cmd = Command::new("bash");
             cmd.arg(crate::root().join("tests/e2e/start-cluster.sh"))
                 .arg(&cluster.dir)
-                .env("E2E_BIN_DIR", &tools().bin);
+                .env("E2E_BIN_DIR", &tools().bin)
+                .envs(env.iter().copied());
             let out = run(cmd, None);
             if out.ok() || attempt == 3 {
                 break out.expect_ok("tests/e2e/start-cluster.sh");

@@ -8,6 +8,8 @@
 #        tests/e2e/stop-cluster.sh  [WORKDIR]
 # Env:   E2E_BIN_DIR  directory with etcd, kube-apiserver, kubectl, crds/ (default tests/e2e/bin/current)
 #        E2E_START_TIMEOUT  seconds to wait for readiness (default 120)
+#        E2E_AUDIT_USERS  comma-separated user names whose requests the apiserver writes to
+#                         WORKDIR/audit.log (audit level Metadata, one JSON event per line)
 #
 # On success prints KEY=VALUE lines (also written to WORKDIR/env, shell-sourceable):
 #   KUBECONFIG, E2E_API_URL, E2E_API_CA (PEM file of the apiserver's self-signed cert),
@@ -35,7 +37,7 @@ for p in "$D"/*.pid; do
     exit 2
   fi
 done
-rm -rf "$D/etcd" "$D/certs" "$D"/*.pid "$D/kubeconfig" "$D/env"
+rm -rf "$D/etcd" "$D/certs" "$D"/*.pid "$D/kubeconfig" "$D/env" "$D/audit.log"
 mkdir -p "$D/certs"
 t_start=$SECONDS
 
@@ -97,6 +99,22 @@ wait_for etcd curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 t_etcd=$SECONDS
 
 # --- kube-apiserver
+# Audit (opt-in): what the named users asked for and what they got, to check a component's RBAC
+# against what it really does: a line when a response starts (a watch) and when it completes.
+AUDIT=()
+if [[ -n ${E2E_AUDIT_USERS:-} ]]; then
+  {
+    echo "apiVersion: audit.k8s.io/v1"
+    echo "kind: Policy"
+    echo "omitStages: [RequestReceived]"
+    echo "rules:"
+    echo "  - level: Metadata"
+    echo "    users: [$(sed 's/[^,][^,]*/"&"/g' <<<"$E2E_AUDIT_USERS")]"
+    echo "  - level: None"
+  } >"$D/audit-policy.yaml"
+  AUDIT=(--audit-policy-file="$D/audit-policy.yaml" --audit-log-path="$D/audit.log"
+         --audit-log-format=json --audit-log-mode=blocking)
+fi
 setsid "$BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
@@ -109,7 +127,7 @@ setsid "$BIN/kube-apiserver" \
   --authorization-mode=RBAC \
   --disable-admission-plugins=ServiceAccount \
   --allow-privileged=true \
-  --v=1 \
+  --v=1 "${AUDIT[@]}" \
   </dev/null >"$D/kube-apiserver.log" 2>&1 &
 echo $! >"$D/kube-apiserver.pid"
 API_URL="https://127.0.0.1:$API_PORT"

@@ -32,13 +32,25 @@ impl Bookend {
         key: &Path,
         kubeconfig: &Path,
     ) -> Self {
+        Self::start_bin(&bookend_bin(), work, port, cert, key, kubeconfig)
+    }
+
+    /// `start` with another bookend binary (the previous release, for the upgrade test).
+    pub(super) fn start_bin(
+        bin: &Path,
+        work: &Path,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        kubeconfig: &Path,
+    ) -> Self {
         let mut admin = free_port();
         while admin == port {
             admin = free_port();
         }
         let log = work.join("bookend.log");
         let file = std::fs::File::create(&log).expect("create bookend.log");
-        let mut cmd = Command::new(bookend_bin());
+        let mut cmd = Command::new(bin);
         cmd.args(["serve", "--source", "kubernetes"]);
         let child = cmd
             .arg("--tls-cert")

@@ -120,7 +120,7 @@ fn getting_started_runs_as_written() {
     // a bookend on this machine.
     let certs = Certs::create(work.join("certs"));
     let port = free_port();
-    helm_install(&cluster, port, &certs.ca_bundle_b64()).expect_ok("helm install");
+    helm_install(&cluster, port, &certs.ca_bundle_b64(), &[]).expect_ok("helm install");
     poll("the chart's CRDs served", Duration::from_secs(60), || {
         cluster
             .kubectl(&["get", "clustersteppolicies.v1alpha1.bookend.dev"])

@@ -27,10 +27,11 @@ pub(super) const RELEASE_NAMESPACE: &str = "bookend-system";
 /// `helm install bookend charts/bookend`: the chart's defaults, except that the webhooks call
 /// `bookend serve` on this machine (`webhook.url`) and the certificate is the test's own
 /// (`tls.generate=false`, `tls.caBundle`). Nothing runs the Deployment (no kubelet): bookend
-/// runs outside, as the chart's ServiceAccount.
-pub(super) fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str) -> Out {
-    helm(
-        cluster,
+/// runs outside, as the chart's ServiceAccount. `extra`: more `--set`s.
+pub(super) fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str, extra: &[&str]) -> Out {
+    let url = format!("webhook.url=https://127.0.0.1:{port}");
+    let ca = format!("tls.caBundle={ca_b64}");
+    let args = [
         &[
             "install",
             RELEASE,
@@ -39,13 +40,16 @@ pub(super) fn helm_install(cluster: &Cluster, port: u16, ca_b64: &str) -> Out {
             RELEASE_NAMESPACE,
             "--create-namespace",
             "--set",
-            &format!("webhook.url=https://127.0.0.1:{port}"),
+            &url,
             "--set",
             "tls.generate=false",
             "--set",
-            &format!("tls.caBundle={ca_b64}"),
+            &ca,
         ],
-    )
+        extra,
+    ]
+    .concat();
+    helm(cluster, &args)
 }
 
 /// `helm upgrade bookend charts/bookend --reuse-values` and `extra` (`--set`s): the release as

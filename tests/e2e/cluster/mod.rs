@@ -26,9 +26,11 @@ mod kubectl;
 mod objects;
 mod pod_backstop;
 mod policies;
+mod rbac;
 mod status;
 mod tasks;
 mod verification;
+mod upgrade;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -136,7 +138,11 @@ fn real_apiserver_calls_bookend() {
         .expect("tempdir");
     let work = tmp.path().to_owned();
     println!("work directory: {}", work.display());
-    let cluster = Cluster::start(work.join("cluster"));
+    // The API server audits bookend's requests: the RBAC scenario reads what it used.
+    let cluster = Cluster::start_with(
+        work.join("cluster"),
+        &[("E2E_AUDIT_USERS", &rbac::bookend_user())],
+    );
     clock.done("etcd + kube-apiserver + Tekton CRDs (start-cluster.sh)");
 
     // The chart, as a user installs it, but with the webhooks pointed at this machine. Its
@@ -144,7 +150,7 @@ fn real_apiserver_calls_bookend() {
     // TaskRuns or policies until it is ready.
     let certs = Certs::create(work.join("certs"));
     let port = free_port();
-    helm_install(&cluster, port, &certs.ca_bundle_b64()).expect_ok("helm install");
+    helm_install(&cluster, port, &certs.ca_bundle_b64(), &[]).expect_ok("helm install");
     check_installed_webhooks(&cluster, port, &certs.ca_bundle_b64());
     // `kubectl wait` fails ("accessor error") while a CRD has no status yet: poll it.
     poll(
@@ -213,7 +219,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 24] = [
+    let scenarios: [(&str, Scenario); 25] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -291,6 +297,10 @@ fn real_apiserver_calls_bookend() {
         (
             "helm upgrade restores a deleted webhook configuration",
             scenario_helm_upgrade_restores,
+        ),
+        (
+            "the chart's RBAC: every grant used, no request refused",
+            rbac::scenario_rbac_audit,
         ),
         (
             "helm uninstall: webhooks first, TaskRuns admitted again",

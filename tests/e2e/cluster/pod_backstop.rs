@@ -11,11 +11,31 @@ use super::objects::{first_line, metadata_str};
 use super::tasks::impersonate_tekton_controller;
 use super::{Ctx, TEAM_A};
 
+/// What Tekton's pod builder makes of the Task it runs for TaskRun `namespace/name` (containers
+/// step-<name>, the TaskRun's labels and the Task's annotations).
+pub(super) fn taskrun_pod(namespace: &str, name: &str, uid: &str, resolved: &Value) -> Value {
+    let mut spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap());
+    spec["automountServiceAccountToken"] = json!(false);
+    json!({
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "generateName": format!("{name}-pod-"),
+            "namespace": namespace,
+            "labels": {"tekton.dev/taskRun": name, "tekton.dev/taskRunUID": uid},
+            "annotations": resolved["metadata"]["annotations"].clone(),
+            "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                                 "name": name, "uid": uid, "controller": true}],
+        },
+        "spec": spec,
+    })
+}
+
 /// Issue 14: the Pod backstop. Tekton's controller is simulated (no controller runs here): it
 /// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
 /// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
 pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
-    let as_controller = impersonate_tekton_controller(ctx, &["pods", "tasks"]);
+    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
     let remote = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "TaskRun",
@@ -46,25 +66,7 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
                             "script": "echo remote"}]},
     });
-    // What Tekton's pod builder makes of the Task it runs (containers step-<name>, the TaskRun's
-    // labels and the Task's annotations).
-    let pod_of = |resolved: &Value| {
-        let mut spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap());
-        spec["automountServiceAccountToken"] = json!(false);
-        json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "generateName": format!("{name}-pod-"),
-                "namespace": TEAM_A,
-                "labels": {"tekton.dev/taskRun": name, "tekton.dev/taskRunUID": uid},
-                "annotations": resolved["metadata"]["annotations"].clone(),
-                "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
-                                     "name": name, "uid": uid, "controller": true}],
-            },
-            "spec": spec,
-        })
-    };
+    let pod_of = |resolved: &Value| taskrun_pod(TEAM_A, &name, &uid, resolved);
     // The mutation did not happen (an outage): the Pod lacks the steps and is refused.
     let bare = ctx
         .cluster

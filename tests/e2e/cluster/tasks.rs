@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use crate::kube::{Out, poll};
+use crate::kube::{Cluster, Out, poll};
 
 use super::objects::{
     example, first_line, has_step, includes, metadata_str, step_names, step_names_of, yaml_docs,
@@ -107,7 +107,7 @@ pub(super) fn scenario_task_ref(ctx: &mut Ctx) -> String {
 /// Lets the tests act as Tekton's controller (`kubectl --as=…`), whose dry-run Task CREATEs
 /// and Pod CREATEs the webhooks' matchConditions select, with create rights on `resources`
 /// (core `pods`, `tekton.dev` `tasks`). Returns the `--as` flag.
-pub(super) fn impersonate_tekton_controller(ctx: &mut Ctx, resources: &[&str]) -> String {
+pub(super) fn impersonate_tekton_controller(cluster: &Cluster, resources: &[&str]) -> String {
     let rules: Vec<Value> = resources
         .iter()
         .map(|r| {
@@ -137,7 +137,7 @@ pub(super) fn impersonate_tekton_controller(ctx: &mut Ctx, resources: &[&str]) -
             },
         ],
     });
-    ctx.cluster
+    cluster
         .apply(&rbac)
         .expect_ok("RBAC for the impersonated controller");
     format!("--as={}", bookend::policy::DEFAULT_TEKTON_CONTROLLER)
@@ -147,7 +147,7 @@ pub(super) fn scenario_remote_task_dry_run(ctx: &mut Ctx) -> String {
     // Tekton's controller dry-run-creates a resolved remote Task and runs what comes back. The
     // webhook entry tasks-dryrun.mutate.bookend.dev only matches that (matchConditions, CEL,
     // evaluated by the apiserver): dryRun and the controller's user. Impersonate the user.
-    let as_controller = impersonate_tekton_controller(ctx, &["tasks"]);
+    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
     let task = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "Task",
