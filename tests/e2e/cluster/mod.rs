@@ -29,8 +29,8 @@ mod policies;
 mod rbac;
 mod status;
 mod tasks;
-mod verification;
 mod upgrade;
+mod verification;
 
 use std::path::PathBuf;
 use std::process::Command;
