@@ -281,13 +281,15 @@ fn real_apiserver_calls_bookend() {
             "PolicyReports for Audit policies: CRD missing, then installed",
             scenario_policy_reports,
         ),
-        (
-            "openreports: auto finds the Report CRD and writes there",
-            scenario_openreports,
-        ),
+        // Before openreports: it reads the run results from the PolicyReport, which `auto`
+        // leaves for the Report once that CRD is installed.
         (
             "post-run verification: verdicts, Event, report, metrics; once across a restart and two replicas",
             scenario_post_run_verification,
+        ),
+        (
+            "openreports: auto finds the Report CRD and writes there",
+            scenario_openreports,
         ),
         ("certificate rotation under load", scenario_rotation),
         (
