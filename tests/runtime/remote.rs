@@ -91,7 +91,7 @@ const INJECTED: [&str; 4] = [
     "bookend-remote-post",
 ];
 
-/// The outcome of every Pod review bookend logged for `pod` (`allowed`, `denied`, ...).
+/// The outcome of every Pod review bookend logged for `pod` (`admitted`, `mutated`, `denied`, ...).
 fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
     let log = std::fs::read_to_string(&ctx.bookend_log).unwrap_or_default();
     let name = format!("object_name=\"{pod}\"");
@@ -175,7 +175,7 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
         let pod_name = run.object["status"]["podName"].as_str().unwrap_or("");
         assert_eq!(
             pod_reviews(ctx, pod_name),
-            ["allowed"],
+            ["admitted"],
             "bookend's reviews of {pod_name}"
         );
     });
