@@ -229,6 +229,15 @@ const TASKS: &[Task] = &[
         run: |args| run(bash("scripts/soak.sh").args(args)),
     },
     Task {
+        name: "verify-memory",
+        args: "[N]",
+        about: "scripts/verify-memory.sh: bookend's memory with N TaskRuns watched, then verified (release build)",
+        run: |args| {
+            run(cargo().args(["build", "--release", "--bin", "bookend"]))?;
+            run(bash("scripts/verify-memory.sh").args(args))
+        },
+    },
+    Task {
         name: "release-check",
         args: "[vX.Y.Z]",
         about: "before a tag: tag = crate version, workflows/deploy/chart tests, release build",
