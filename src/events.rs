@@ -305,7 +305,7 @@ pub fn plan(admitted: &Admitted, snapshot: &Snapshot, audit: bool, seconds: i64)
             TaskRunEvent {
                 type_: EventType::Normal,
                 reason: "StepsInjected",
-                note: truncate(format!("injected {note}")),
+                note: truncate_note(format!("injected {note}")),
                 action: "Inject",
             },
             regarding.clone(),
@@ -323,7 +323,7 @@ pub fn plan(admitted: &Admitted, snapshot: &Snapshot, audit: bool, seconds: i64)
             TaskRunEvent {
                 type_: EventType::Warning,
                 reason: "PolicySkipped",
-                note: truncate(skipped.join("; ")),
+                note: truncate_note(skipped.join("; ")),
                 action: "Skip",
             },
             regarding,
@@ -350,7 +350,8 @@ fn is_skip(warning: &str) -> bool {
     warning.starts_with("bookend: ") && warning.contains("not injected: ")
 }
 
-fn truncate(mut text: String) -> String {
+/// An Event note cut to the API server's limit for `note` (shared by the post-run Events).
+pub(crate) fn truncate_note(mut text: String) -> String {
     if text.len() <= NOTE_LIMIT {
         return text;
     }
@@ -581,8 +582,8 @@ spec:
 
     #[test]
     fn notes_fit_the_api_servers_limit() {
-        assert_eq!(truncate("short".into()), "short");
-        let long = truncate("é".repeat(800));
+        assert_eq!(truncate_note("short".into()), "short");
+        let long = truncate_note("é".repeat(800));
         assert!(long.len() <= NOTE_LIMIT && long.ends_with("..."));
     }
 }

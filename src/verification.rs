@@ -43,8 +43,6 @@ use crate::source::kubernetes::taskrun_resource;
 
 /// The annotation that marks a TaskRun verified: each policy's verdict.
 pub const VERIFIED_ANNOTATION: &str = "bookend.dev/verified";
-/// The API server's limit on an Event's note, in bytes.
-const NOTE_LIMIT: usize = 1024;
 /// TaskRuns per page of the initial list (what memory holds at once while it streams).
 const PAGE_SIZE: u32 = 100;
 
@@ -127,23 +125,10 @@ pub fn event(verification: &Verification) -> Option<Event> {
     Some(Event {
         type_,
         reason: reason.to_owned(),
-        note: Some(truncate(note)),
+        note: Some(crate::events::truncate_note(note)),
         action: "Verify".to_owned(),
         secondary: None,
     })
-}
-
-fn truncate(mut text: String) -> String {
-    if text.len() <= NOTE_LIMIT {
-        return text;
-    }
-    let mut cut = NOTE_LIMIT - 3;
-    while !text.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    text.truncate(cut);
-    text.push_str("...");
-    text
 }
 
 /// Starts the watch. It waits for the policies to be loaded before verifying anything (an
