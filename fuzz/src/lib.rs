@@ -166,7 +166,7 @@ pub fn check_decision(object: &Value, namespace: &str, dry_run: bool, set: &Poli
                 again.message
             );
         }
-        Outcome::Allowed | Outcome::Denied => {
+        Outcome::Admitted | Outcome::Denied => {
             assert!(decision.patch.is_empty(), "a patch without a mutation");
             assert_eq!(&decision.object, object);
         }
@@ -253,24 +253,25 @@ pub fn any_json(u: &mut Unstructured<'_>, depth: u32) -> Result<Value> {
 }
 
 fn maybe_junk(u: &mut Unstructured<'_>, target: &mut Value) -> Result<()> {
-    if u.ratio(1, 8)? {
-        if let Value::Object(m) = target {
-            let key = pick(
-                u,
-                &[
-                    "onError",
-                    "script",
-                    "args",
-                    "env",
-                    "workingDir",
-                    "x-extra",
-                    "volumeMounts",
-                    "name",
-                    "image",
-                ],
-            )?;
-            m.insert(key.to_owned(), any_json(u, 2)?);
-        }
+    if !u.ratio(1, 8)? {
+        return Ok(());
+    }
+    if let Value::Object(m) = target {
+        let key = pick(
+            u,
+            &[
+                "onError",
+                "script",
+                "args",
+                "env",
+                "workingDir",
+                "x-extra",
+                "volumeMounts",
+                "name",
+                "image",
+            ],
+        )?;
+        m.insert(key.to_owned(), any_json(u, 2)?);
     }
     Ok(())
 }
