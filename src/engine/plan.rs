@@ -211,6 +211,10 @@ pub(super) fn as_authored<'v>(
     if let Some(Value::Array(volumes)) = spec.get_mut("volumes") {
         volumes.retain(|v| !ours.iter().any(|o| equivalent(o, v)));
     }
+    let our_results: Vec<Value> = enforced.iter().flat_map(|p| p.results()).collect();
+    if let Some(Value::Array(results)) = spec.get_mut("results") {
+        results.retain(|r| !our_results.iter().any(|o| same_result(o, r)));
+    }
     set_record(&mut object, None);
     Cow::Owned(object)
 }
@@ -437,6 +441,8 @@ pub(super) fn seal(
     }
 
     let volumes = merge_volumes(volumes, applied, settings)?;
+    let carried_ours = steps.iter().any(reserved);
+    let results = merge_results(task_spec.get("results"), applied, carried_ours)?;
     check::check(
         task_spec,
         &final_steps,
@@ -454,6 +460,9 @@ pub(super) fn seal(
     if let Some(volumes) = volumes {
         task_spec_members.insert("volumes".to_owned(), Some(volumes));
     }
+    if let Some(results) = results {
+        task_spec_members.insert("results".to_owned(), Some(results));
+    }
     if task_spec.get("stepTemplate").is_some() && first.is_some() && !unchanged {
         task_spec_members.insert("stepTemplate".to_owned(), None);
     }
@@ -465,6 +474,7 @@ pub(super) fn seal(
                 hash: p.hash.clone(),
                 steps: p.step_names().map(str::to_owned).collect(),
                 volumes: p.spec.volumes.iter().map(|v| v.name.clone()).collect(),
+                results: p.spec.results.iter().map(|r| r.name.clone()).collect(),
             })
             .collect(),
         helpers: composed.helpers,
@@ -513,6 +523,93 @@ fn keep_existing_forms(
             *step = (*existing).clone();
         }
     }
+}
+
+/// The taskSpec's `results` (`current`) with the applied policies' results after the Task's
+/// own; `None` when no policy declares any (the member is left as it is). A Task result with a
+/// policy result's name is a denial naming both: two declarations of one name would be one
+/// file the Task's steps and the org's post-steps both write, and Tekton Chains would sign
+/// whichever value came last as the org's. Only in a TaskRun that carries bookend's steps
+/// (`carried_ours`, already recognised as exactly what bookend writes) is a result equal to a
+/// policy's taken for the one bookend added on an earlier pass.
+fn merge_results(
+    current: Option<&Value>,
+    applied: &[&Policy],
+    carried_ours: bool,
+) -> Result<Option<Value>, Denial> {
+    let mut ours: Vec<(&Policy, Value)> = Vec::new();
+    for policy in applied {
+        for (j, result) in policy.results().enumerate() {
+            let name = result.get("name").and_then(Value::as_str).unwrap_or("");
+            if let Some((first, _)) = ours
+                .iter()
+                .find(|(_, r)| r.get("name").and_then(Value::as_str) == Some(name))
+            {
+                return Err(Denial::policy(
+                    policy,
+                    format!(
+                        "spec.results[{j}].name: result {name:?} is also declared by {}, which applies to this TaskRun too; one result has one writer: remove it from one of the policies",
+                        first.id
+                    ),
+                ));
+            }
+            ours.push((*policy, result));
+        }
+    }
+    if ours.is_empty() {
+        return Ok(None);
+    }
+    let existing: &[Value] = match current {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(results)) => results,
+        Some(_) => {
+            return Err(Denial::policy(
+                ours[0].0,
+                "spec.taskSpec.results: must be a list of results for bookend to add the policy's results to it",
+            ));
+        }
+    };
+    let mut kept: Vec<Option<Value>> = vec![None; ours.len()];
+    let mut results: Vec<Value> = Vec::with_capacity(existing.len() + ours.len());
+    for (i, result) in existing.iter().enumerate() {
+        let name = result.get("name").and_then(Value::as_str);
+        match ours
+            .iter()
+            .position(|(_, r)| r.get("name").and_then(Value::as_str) == name)
+        {
+            Some(k) if carried_ours && kept[k].is_none() && same_result(&ours[k].1, result) => {
+                kept[k] = Some(result.clone());
+            }
+            Some(k) => {
+                let (policy, _) = &ours[k];
+                return Err(Denial::policy(
+                    policy,
+                    format!(
+                        "spec.taskSpec.results[{i}].name: the Task declares result {:?}, which the policy declares for its post-steps to write (Tekton Chains reads such results into provenance); a result the Task's steps and the org's steps both write would be signed as the org's, so bookend refuses the clash: rename the Task's result (or drop it: the policy's post-step writes it), or exclude these TaskRuns from the policy",
+                        name.unwrap_or_default()
+                    ),
+                ));
+            }
+            None => results.push(result.clone()),
+        }
+    }
+    for ((_, result), kept) in ours.into_iter().zip(kept) {
+        results.push(kept.unwrap_or(result));
+    }
+    Ok(Some(Value::Array(results)))
+}
+
+/// Whether two Task result declarations are the same, as Tekton's defaulting leaves them
+/// (`type: string` where none was given).
+fn same_result(a: &Value, b: &Value) -> bool {
+    let defaulted = |v: &Value| {
+        let mut v = v.clone();
+        if let Some(obj) = v.as_object_mut() {
+            obj.entry("type").or_insert_with(|| Value::from("string"));
+        }
+        v
+    };
+    equivalent(&defaulted(a), &defaulted(b))
 }
 
 /// The taskSpec's `volumes` (`current`) with the applied policies' volumes, each once, after the

@@ -34,6 +34,9 @@ pub struct RecordEntry {
     pub steps: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// The Task results the policy added (its post-steps write them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<String>,
 }
 
 impl Record {
@@ -75,6 +78,7 @@ mod tests {
                 hash: "0123456789ab".into(),
                 steps: vec!["bookend-a".into()],
                 volumes: vec![],
+                results: vec![],
             }],
             helpers: vec!["bookend-verdict".into()],
             continued: vec!["build".into(), "#1".into()],

@@ -97,6 +97,13 @@ pub struct StepPolicySpec {
     /// directories the policies' steps run from. The strictest applied policy decides.
     #[serde(default, skip_serializing_if = "WorkspaceMounts::is_default")]
     pub workspace_mounts: WorkspaceMounts,
+    /// Task results the policy's post-steps write (`$(results.<name>.path)`), added to the
+    /// TaskRun's `taskSpec.results`: for example the type hints Tekton Chains reads into
+    /// provenance (IMAGE_URL, IMAGE_DIGEST, ARTIFACT_OUTPUTS). A Task that declares a result of
+    /// the same name is refused. Needs postStepsRun: Always; bookend resets the files before
+    /// the policy's post-steps run, so only the post-steps' values reach status.results.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<StepResult>,
 }
 
 fn default_priority() -> i32 {
@@ -118,6 +125,7 @@ impl Default for StepPolicySpec {
             task_ref: TaskRefPolicy::default(),
             remote_task_ref: RemoteTaskRefPolicy::default(),
             workspace_mounts: WorkspaceMounts::default(),
+            results: Vec::new(),
         }
     }
 }

@@ -80,6 +80,17 @@ impl Settings {
         format!("{}verdict", self.prefix)
     }
 
+    /// Name of the step bookend puts before the post-steps of a policy that declares `results`
+    /// (`hash`: the policy's spec hash), which resets those results' files.
+    pub fn reset_name(&self, hash: &str) -> String {
+        format!("{}results-{hash}", self.prefix)
+    }
+
+    /// Whether `name` is (or looks like) a results-reset step's name.
+    pub fn is_reset_name(&self, name: &str) -> bool {
+        name.starts_with(&self.reset_name(""))
+    }
+
     /// Whether `name` is one of bookend's own helper step names.
     pub fn is_helper_name(&self, name: &str) -> bool {
         let Some(rest) = name.strip_prefix(self.prefix.as_str()) else {
@@ -252,9 +263,18 @@ impl Policy {
             unreachable!("check_spec compiles the criteria");
         };
         let pre_steps = doc.spec.pre_steps.iter().map(to_json).collect();
-        let post_steps = doc.spec.post_steps.iter().map(to_json).collect();
-        let volumes = doc.spec.volumes.iter().map(to_json).collect();
         let (hash, size) = (spec_hash(&doc.spec), spec_size(&doc.spec));
+        let mut post_steps: Vec<Value> = Vec::new();
+        if !doc.spec.results.is_empty() {
+            // Validation made sure there are post-steps to write them (and that they run Always).
+            post_steps.push(crate::engine::inject::reset_step(
+                settings,
+                &settings.reset_name(&hash),
+                &doc.spec.results,
+            ));
+        }
+        post_steps.extend(doc.spec.post_steps.iter().map(to_json));
+        let volumes = doc.spec.volumes.iter().map(to_json).collect();
         let tekton = support::support(&doc.spec, &settings.tekton);
         let mut spec = doc.spec;
         if matches!(tekton, Support::Degraded(_)) {
@@ -320,13 +340,18 @@ impl Policy {
             .all(|m| m.selector.is_none() && m.origin == api::OriginMatch::Any)
     }
 
-    /// Names of the steps this policy injects, pre-steps first.
+    /// Names of the steps this policy injects, pre-steps first (with the step that resets its
+    /// results, when it declares any).
     pub fn step_names(&self) -> impl Iterator<Item = &str> {
-        self.spec
-            .pre_steps
+        self.pre_steps
             .iter()
-            .chain(&self.spec.post_steps)
-            .map(|s| s.name.as_str())
+            .chain(&self.post_steps)
+            .map(|s| s.get("name").and_then(Value::as_str).unwrap_or_default())
+    }
+
+    /// The Task results this policy adds to `taskSpec.results`, as Tekton v1 JSON.
+    pub fn results(&self) -> impl Iterator<Item = Value> + '_ {
+        self.spec.results.iter().map(to_json)
     }
 }
 

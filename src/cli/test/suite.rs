@@ -347,7 +347,11 @@ impl Suite {
         let steps = step_names(&decision.object);
         let injected: Vec<String> = steps
             .iter()
-            .filter(|s| decision.outcome != Outcome::Denied && self.set.defines_step(s))
+            .filter(|s| {
+                decision.outcome != Outcome::Denied
+                    && self.set.defines_step(s)
+                    && !self.set.settings().is_reset_name(s)
+            })
             .cloned()
             .collect();
         let mut failures = Vec::new();

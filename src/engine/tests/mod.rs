@@ -14,6 +14,7 @@ mod order;
 mod patch;
 mod properties;
 mod recognition;
+mod results;
 mod selection;
 mod task_ref;
 mod task_spec;

@@ -16,7 +16,7 @@ mod syntax;
 
 use std::collections::BTreeSet;
 
-use super::api::{Mode, StepPolicySpec};
+use super::api::{AlwaysFallback, Mode, PostStepsRun, StepPolicySpec};
 use super::select::{Matcher, is_dns_label};
 use super::{FieldError, Issue, IssueKind, PolicyId, Settings};
 
@@ -74,10 +74,91 @@ fn check(id: Option<&PolicyId>, spec: &StepPolicySpec, settings: &Settings) -> V
     volumes(spec, &at, settings, &mut errs);
     let hazards = Hazards::of(id, spec);
     steps(spec, &at, settings, hazards, &mut errs);
+    results(spec, &at, &mut errs);
     if hazards.injection {
         injection::check_volumes(&spec.volumes, &at.field("volumes"), &mut errs);
     }
     errs.into_vec()
+}
+
+/// `spec.results`: Tekton's `TaskResult.Validate` (names follow `ResultNameFormat`; types
+/// string, array or object; an object has properties, each of type string), unique names, and
+/// bookend's rules: post-steps to write them, run `Always` (a user step's failure must not skip
+/// the reset and the post-steps, leaving the author's values as the org's).
+fn results(spec: &StepPolicySpec, at: &FieldPath, errs: &mut Errors) {
+    if spec.results.is_empty() {
+        return;
+    }
+    let mut names = BTreeSet::new();
+    for (i, result) in spec.results.iter().enumerate() {
+        let at = at.field_index("results", i);
+        if !syntax::is_result_name(&result.name) {
+            errs.add(
+                &at.field("name"),
+                format!(
+                    "invalid key name {:?}: Name must consist of alphanumeric characters, '-', '_', '.', and must start and end with an alphanumeric character",
+                    result.name
+                ),
+            );
+        } else if !names.insert(result.name.as_str()) {
+            errs.add(
+                &at.field("name"),
+                format!("result name {:?} is declared twice", result.name),
+            );
+        }
+        match result.type_.as_deref() {
+            None | Some("string" | "array") => {
+                if result.properties.is_some() {
+                    errs.add(
+                        &at.field("properties"),
+                        "properties are only for a result of type object",
+                    );
+                }
+            }
+            Some("object") => match &result.properties {
+                None => errs.add(
+                    &at.field("properties"),
+                    format!("missing field(s): {}.properties", result.name),
+                ),
+                Some(properties) => {
+                    let invalid: Vec<&str> = properties
+                        .iter()
+                        .filter(|(_, p)| p.type_.as_deref() != Some("string"))
+                        .map(|(k, _)| k.as_str())
+                        .collect();
+                    if !invalid.is_empty() {
+                        errs.add(
+                            &at.field("properties"),
+                            format!(
+                                "The value type specified for these keys {invalid:?} is invalid, the type must be string"
+                            ),
+                        );
+                    }
+                }
+            },
+            Some(other) => errs.add(
+                &at.field("type"),
+                format!("invalid value: {other}: use string, array or object"),
+            ),
+        }
+    }
+    if spec.post_steps.is_empty() {
+        errs.add(
+            &at.field("results"),
+            "the policy declares results but has no postSteps to write them; add the post-step that writes $(results.<name>.path)",
+        );
+    }
+    if spec.post_steps_run != PostStepsRun::Always {
+        errs.add(
+            &at.field("postStepsRun"),
+            "a policy that declares results needs postStepsRun: Always: with OnSuccess a failed user step skips the post-steps, and a value the TaskRun's own steps wrote to /tekton/results would be reported (and signed by Tekton Chains) as the org's",
+        );
+    } else if spec.post_steps_run_fallback == AlwaysFallback::OnSuccess {
+        errs.add(
+            &at.field("postStepsRunFallback"),
+            "a policy that declares results cannot fall back to OnSuccess (a failed user step would skip the post-steps that write them); remove postStepsRunFallback",
+        );
+    }
 }
 
 /// `match` and `exclude`: globs and selectors compile; an `exclude` selector is not empty.
@@ -264,6 +345,80 @@ mod tests {
             .iter()
             .map(|e| format!("{}: {}", e.path, e.message))
             .collect()
+    }
+
+    fn results_spec(results: serde_json::Value) -> StepPolicySpec {
+        StepPolicySpec {
+            post_steps: vec![inline("bookend-publish")],
+            post_steps_run: PostStepsRun::Always,
+            results: serde_json::from_value(results).unwrap(),
+            ..StepPolicySpec::default()
+        }
+    }
+
+    #[test]
+    fn results_follow_tektons_rules() {
+        let good = results_spec(serde_json::json!([
+            {"name": "IMAGE_URL"},
+            {"name": "IMAGES", "type": "array"},
+            {"name": "ARTIFACT_OUTPUTS", "type": "object",
+             "properties": {"uri": {"type": "string"}}}
+        ]));
+        assert!(check_spec(&good, &settings()).is_empty());
+        let bad = results_spec(serde_json::json!([
+            {"name": "-bad"},
+            {"name": "A"}, {"name": "A"},
+            {"name": "B", "type": "number"},
+            {"name": "C", "type": "object"},
+            {"name": "D", "type": "object", "properties": {"x": {"type": "array"}}},
+            {"name": "E", "properties": {"x": {"type": "string"}}}
+        ]));
+        let got = messages(&check_spec(&bad, &settings()));
+        let want = [
+            "spec.results[0].name: invalid key name \"-bad\"",
+            "spec.results[2].name: result name \"A\" is declared twice",
+            "spec.results[3].type: invalid value: number: use string, array or object",
+            "spec.results[4].properties: missing field(s): C.properties",
+            "spec.results[5].properties: The value type specified for these keys [\"x\"] is invalid, the type must be string",
+            "spec.results[6].properties: properties are only for a result of type object",
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for (got, want) in got.iter().zip(want) {
+            assert!(got.starts_with(want), "{got} does not start with {want}");
+        }
+    }
+
+    #[test]
+    fn results_need_post_steps_that_run_always() {
+        let mut spec = results_spec(serde_json::json!([{"name": "IMAGE_URL"}]));
+        spec.post_steps_run = PostStepsRun::OnSuccess;
+        let got = messages(&check_spec(&spec, &settings()));
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with(
+            "spec.postStepsRun: a policy that declares results needs postStepsRun: Always"
+        ));
+        spec.post_steps_run = PostStepsRun::Always;
+        spec.post_steps_run_fallback = AlwaysFallback::OnSuccess;
+        let got = messages(&check_spec(&spec, &settings()));
+        assert!(got[0].starts_with("spec.postStepsRunFallback: "), "{got:?}");
+        spec.post_steps_run_fallback = AlwaysFallback::Deny;
+        spec.post_steps.clear();
+        let got = messages(&check_spec(&spec, &settings()));
+        assert!(
+            got[0].starts_with("spec.results: the policy declares results but has no postSteps"),
+            "{got:?}"
+        );
+    }
+
+    #[test]
+    fn the_reset_steps_names_are_reserved() {
+        let got = messages(&errors_for(inline("bookend-results-x")));
+        assert!(
+            got.iter()
+                .any(|m| m
+                    .contains("is reserved for bookend's own step that resets a policy's results")),
+            "{got:?}"
+        );
     }
 
     #[test]

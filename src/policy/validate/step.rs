@@ -97,6 +97,15 @@ fn name(step: &Step, at: &FieldPath, cx: &Context<'_>, errs: &mut Errors) {
             format!("step name {name:?} is reserved for bookend's own gate and verdict steps"),
         );
     }
+    if cx.settings.is_reset_name(name) {
+        errs.add(
+            &at,
+            format!(
+                "step name {name:?} is reserved for bookend's own step that resets a policy's results (names starting {:?})",
+                cx.settings.reset_name("")
+            ),
+        );
+    }
 }
 
 /// `Step.Validate`'s `if s.Ref != nil { … } else { … }` and `Ref.Validate` (`validateRef`):
