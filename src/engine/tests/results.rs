@@ -150,3 +150,84 @@ spec:
     );
     assert!(message.contains("IMAGE_URL"), "{message}");
 }
+
+fn result_names(results: &Value) -> Vec<&str> {
+    results
+        .as_array()
+        .expect("results")
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect()
+}
+
+#[test]
+fn v1beta1_and_inlined_tasks_get_the_results_too() {
+    let set = policies(PROVENANCE);
+    let mut object = with_results(json!([{"name": "own"}]));
+    object["apiVersion"] = json!("tekton.dev/v1beta1");
+    let out = assert_converges(&set, &object);
+    assert_eq!(
+        result_names(&out["spec"]["taskSpec"]["results"]),
+        ["own", "IMAGE_URL", "IMAGES", "ARTIFACT_OUTPUTS"]
+    );
+
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                 "metadata": {"name": "build", "namespace": "team-a"},
+                 "spec": {"results": [{"name": "own"}], "steps": [{"name": "build", "image": "go"}]}})],
+        "team-a",
+    );
+    let by_ref = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                        "metadata": {"name": "r", "namespace": "team-a"},
+                        "spec": {"taskRef": {"name": "build"}}});
+    let d = run_with(&set, &by_ref, &catalog);
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    assert_eq!(
+        result_names(&d.object["spec"]["taskSpec"]["results"]),
+        ["own", "IMAGE_URL", "IMAGES", "ARTIFACT_OUTPUTS"]
+    );
+
+    // A Task whose own result clashes is refused when inlined, too.
+    let mut clashing = Catalog::default();
+    clashing.add_objects(
+        &[json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                 "metadata": {"name": "build", "namespace": "team-a"},
+                 "spec": {"results": [{"name": "IMAGES", "type": "array"}],
+                          "steps": [{"name": "build", "image": "go"}]}})],
+        "team-a",
+    );
+    let d = run_with(&set, &by_ref, &clashing);
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert!(
+        d.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("the Task declares result \"IMAGES\""),
+        "{:?}",
+        d.message
+    );
+}
+
+#[test]
+fn the_authors_view_for_audit_policies_drops_the_policys_results() {
+    // An Audit policy planned on an admitted TaskRun sees it as its author wrote it: the
+    // enforced policy's results are bookend's, not a clash.
+    let audit = r#"
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: audit}
+spec:
+  mode: Audit
+  postSteps: [{name: bookend-audit, image: alpine}]
+"#;
+    let set = policies(&format!("{PROVENANCE}{audit}"));
+    let out = assert_converges(&set, &with_results(json!([{"name": "own"}])));
+    let again = run(&set, &out);
+    assert!(
+        again.warnings.iter().all(|w| !w.contains("would deny")),
+        "{:?}",
+        again.warnings
+    );
+}
