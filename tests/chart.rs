@@ -31,19 +31,8 @@ fn bless() -> bool {
     std::env::var_os("BOOKEND_BLESS").is_some()
 }
 
-/// `helm template <release> charts/bookend -n <namespace> <args>`: stdout, or stderr on failure.
 fn template(release: &str, namespace: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(helm())
-        .args(["template", release, CHART, "--namespace", namespace])
-        .args(args)
-        .current_dir(root())
-        .output()
-        .unwrap();
-    if out.status.success() {
-        Ok(String::from_utf8(out.stdout).unwrap())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
+    common::helm_template(release, namespace, args)
 }
 
 #[track_caller]

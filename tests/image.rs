@@ -80,27 +80,13 @@ fn one<'a>(stage: &'a Stage, keyword: &str) -> &'a str {
 }
 
 fn chart_deployment() -> Value {
-    let out = Command::new(common::e2e_tool("helm"))
-        .args([
-            "template",
-            "bookend",
-            "charts/bookend",
-            "--namespace",
-            "bookend-system",
-            "--show-only",
-            "templates/deployment.yaml",
-        ])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    yaml_documents(&String::from_utf8(out.stdout).unwrap())
-        .unwrap()
-        .remove(0)
+    let text = common::helm_template(
+        "bookend",
+        "bookend-system",
+        &["--show-only", "templates/deployment.yaml"],
+    )
+    .unwrap_or_else(|e| panic!("helm template: {e}"));
+    yaml_documents(&text).unwrap().remove(0)
 }
 
 #[test]

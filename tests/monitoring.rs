@@ -63,29 +63,23 @@ const TARGET_LABELS: [&str; 6] = [
 
 /// The chart's PrometheusRule with every alert on (release `bookend`, namespace bookend-system).
 fn rendered_rule() -> Value {
-    let out = Command::new(common::e2e_tool("helm"))
-        .args([
-            "template",
-            "bookend",
-            "charts/bookend",
-            "--namespace",
-            "bookend-system",
+    monitoring_template("templates/prometheusrule.yaml")
+}
+
+/// One template of the chart with `ci/monitoring-values.yaml` (every monitoring object on).
+fn monitoring_template(template: &str) -> Value {
+    let text = common::helm_template(
+        "bookend",
+        "bookend-system",
+        &[
             "-f",
             "charts/bookend/ci/monitoring-values.yaml",
             "--show-only",
-            "templates/prometheusrule.yaml",
-        ])
-        .current_dir(root())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    yaml_documents(&String::from_utf8(out.stdout).unwrap())
-        .unwrap()
-        .remove(0)
+            template,
+        ],
+    )
+    .unwrap_or_else(|e| panic!("helm template --show-only {template}: {e}"));
+    yaml_documents(&text).unwrap().remove(0)
 }
 
 fn promtool(args: &[&str], dir: &Path) -> (bool, String) {
@@ -645,27 +639,7 @@ fn operator_scrape_tests(
 /// endpoint="http-admin", bookend's value moves to exported_endpoint).
 #[test]
 fn alerts_and_panels_group_by_endpoint_under_operator_scrape_labels() {
-    let monitor = {
-        let out = Command::new(common::e2e_tool("helm"))
-            .args([
-                "template",
-                "bookend",
-                "charts/bookend",
-                "--namespace",
-                "bookend-system",
-                "-f",
-                "charts/bookend/ci/monitoring-values.yaml",
-                "--show-only",
-                "templates/servicemonitor.yaml",
-            ])
-            .current_dir(root())
-            .output()
-            .unwrap();
-        assert!(out.status.success());
-        yaml_documents(&String::from_utf8(out.stdout).unwrap())
-            .unwrap()
-            .remove(0)
-    };
+    let monitor = monitoring_template("templates/servicemonitor.yaml");
     let endpoint = &monitor["spec"]["endpoints"][0];
     assert_eq!(
         endpoint["port"], "http-admin",

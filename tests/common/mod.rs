@@ -92,3 +92,26 @@ pub fn e2e_tool(name: &str) -> PathBuf {
     built.insert(name.to_owned(), path.clone());
     path
 }
+
+/// `helm template <release> charts/bookend --namespace <namespace> <args>` with the helm the
+/// e2e tools build: its stdout, or its stderr when helm refuses (the chart, image and
+/// monitoring suites all render the chart this way).
+pub fn helm_template(release: &str, namespace: &str, args: &[&str]) -> Result<String, String> {
+    let out = std::process::Command::new(e2e_tool("helm"))
+        .args([
+            "template",
+            release,
+            "charts/bookend",
+            "--namespace",
+            namespace,
+        ])
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("helm runs");
+    if out.status.success() {
+        Ok(String::from_utf8(out.stdout).expect("helm prints UTF-8"))
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
