@@ -417,6 +417,13 @@ fn each_request_gets_one_route() {
         ),
         (ValidatePods, "tekton.dev TaskRun CREATE", backstop(false)),
         (Mutate, "tekton.dev TaskRun UPDATE", Route::Other),
+        (Validate, "tekton.dev TaskRun UPDATE", Route::TaskRunUpdate),
+        (
+            Validate,
+            "tekton.dev TaskRun UPDATE status",
+            Route::Subresource,
+        ),
+        (ValidatePods, "tekton.dev TaskRun UPDATE", Route::Other),
         (
             Validate,
             "tekton.dev TaskRun CREATE status",
