@@ -42,7 +42,7 @@ use crate::source::PolicySource;
 use crate::source::kubernetes::taskrun_resource;
 
 /// The annotation that marks a TaskRun verified: each policy's verdict.
-pub const VERIFIED_ANNOTATION: &str = "bookend.dev/verified";
+pub use crate::engine::record::VERIFIED_ANNOTATION;
 /// TaskRuns per page of the initial list (what memory holds at once while it streams).
 const PAGE_SIZE: u32 = 100;
 

@@ -769,7 +769,9 @@ fn custom_values_reach_the_flags_and_the_webhooks() {
         assert_eq!(w["timeoutSeconds"], if mutate { 5 } else { 10 }, "{name}");
         match name {
             "taskruns.validate.bookend.dev" => assert_eq!(w["failurePolicy"], "Ignore"),
-            "policies.validate.bookend.dev" | "pods.validate.bookend.dev" => {
+            "policies.validate.bookend.dev"
+            | "pods.validate.bookend.dev"
+            | "taskrun-marks.validate.bookend.dev" => {
                 assert_eq!(w["failurePolicy"], "Fail")
             }
             _ => assert_eq!(w["failurePolicy"], "Ignore", "{name}"),
@@ -1251,7 +1253,7 @@ fn the_evaluation_set_fits_one_node_and_the_defaults_keep_production_guarantees(
                 .iter()
                 .filter(|w| w["failurePolicy"] == "Fail")
                 .count(),
-            3,
+            4,
             "the same fail-closed webhooks as in production"
         );
     }

@@ -11,6 +11,7 @@
 //!  /validate-pods ─── pods::read ─┴─ Route::of ─┬─ TaskRun(Inject)    engine::decide_patch
 //!                                               ├─ TaskRun(Backstop)  engine::decide_backstop
 //!                                               ├─ ResolvedTask       engine::decide_resolved_task
+//!                                               ├─ TaskRunUpdate      marks::taskrun_update
 //!                                               ├─ PolicyObject       as `bookend validate`
 //!                                               ├─ Pod                pods::answer + TaskRun
 //!                                               └─ Subresource, Other admitted untouched
@@ -62,8 +63,12 @@ enum Route {
     /// `/validate`: a ClusterStepPolicy or StepPolicy CREATE or UPDATE, checked as `bookend
     /// validate` checks files.
     PolicyObject,
+    /// `/validate`: a TaskRun UPDATE; it may change bookend's marks only if bookend makes it
+    /// ([`marks`]).
+    TaskRunUpdate,
     /// A subresource (`status`, ...): admitted untouched; bookend judges objects, not their
-    /// subresources.
+    /// subresources (the API server keeps a custom resource's metadata as it was on a
+    /// `status` write, so no mark changes there).
     Subresource,
     /// Anything else: admitted untouched.
     Other,
@@ -105,6 +110,7 @@ impl Route {
                 },
                 Endpoint::ValidatePods => TaskRunCheck::Backstop { hand_over: false },
             }),
+            (Endpoint::Validate, (tekton::GROUP, "TaskRun"), "UPDATE") => Self::TaskRunUpdate,
             (Endpoint::Mutate, (tekton::GROUP, "Task"), "CREATE")
                 if dry_run && request.user_info.username == controller =>
             {
@@ -136,6 +142,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     let answer = match route {
         Route::TaskRun(check) => taskruns::taskrun(check, &request, set, lookup, &mut summary),
         Route::ResolvedTask => taskruns::resolved_task(&request, set, lookup, &mut summary),
+        Route::TaskRunUpdate => marks::taskrun_update(&request, set.settings().own_user.as_deref()),
         Route::PolicyObject => request_object(&request).map(|object| policy_object(object, set)),
         // A Pod reaches `review` only when called with `Endpoint::ValidatePods` directly; the
         // server answers Pods through `pods`, so here one is admitted untouched.
@@ -362,6 +369,7 @@ fn bad_request(mut summary: Summary, reason: String) -> Reply {
     Reply { body, summary }
 }
 
+mod marks;
 pub mod pods;
 mod taskruns;
 mod wire;

@@ -118,7 +118,7 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
             let spec_changes: Vec<String> = decision
                 .patch
                 .iter()
-                .filter(|op| op.path().starts_with("/spec"))
+                .filter(|op| op.path().starts_with("/spec") || verification_mark(op.path()))
                 .map(|op| describe(op, object))
                 .collect();
             if spec_changes.is_empty() {
@@ -136,6 +136,17 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
             ))
         }
     }
+}
+
+/// Whether a backstop operation is on the `bookend.dev/verified` mark: no TaskRun is created
+/// verified (its mutation skipped, the mark would make the post-run watch pass it over). The
+/// `bookend.dev/verify` label is not checked here: a previous release's mutation, during a
+/// rolling upgrade, does not set it.
+fn verification_mark(path: &str) -> bool {
+    path == format!(
+        "/metadata/annotations/{}",
+        crate::engine::record::VERIFIED_ANNOTATION.replace('/', "~1")
+    )
 }
 
 fn describe(op: &crate::patch::Operation, object: &Value) -> String {

@@ -216,6 +216,16 @@ fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
     let reply = validate(&create(object.clone()));
     assert_eq!(response(&reply)["allowed"], true);
 
+    // A TaskRun created verified (the mutation skipped): refused, or the post-run watch would
+    // pass it over.
+    let mut marked = object.clone();
+    marked["metadata"]["annotations"]["bookend.dev/verified"] = json!("{}");
+    let m = denial_message(&validate(&create(marked)));
+    assert!(
+        m.contains("unexpected /metadata/annotations/bookend.dev~1verified"),
+        "{m}"
+    );
+
     // An injected step changed after injection is refused.
     object["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
     let m = denial_message(&validate(&create(object)));
@@ -417,6 +427,13 @@ fn each_request_gets_one_route() {
         ),
         (ValidatePods, "tekton.dev TaskRun CREATE", backstop(false)),
         (Mutate, "tekton.dev TaskRun UPDATE", Route::Other),
+        (Validate, "tekton.dev TaskRun UPDATE", Route::TaskRunUpdate),
+        (
+            Validate,
+            "tekton.dev TaskRun UPDATE status",
+            Route::Subresource,
+        ),
+        (ValidatePods, "tekton.dev TaskRun UPDATE", Route::Other),
         (
             Validate,
             "tekton.dev TaskRun CREATE status",

@@ -208,6 +208,7 @@ impl EngineArgs {
             helper_image: self.helper_image.clone(),
             helper_run_as_user: self.helper_run_as_user.0,
             tekton_controller: self.tekton_controller.clone(),
+            own_user: None,
             tekton: self.tekton()?,
         })
     }

@@ -30,6 +30,30 @@ impl Admitted {
         }
     }
 
+    /// The same change, with the marks the TaskRun may not arrive with dropped: the verified
+    /// mark always, the verification label unless bookend's record goes with it (an inlined
+    /// Task that nothing is injected into keeps the author's metadata otherwise).
+    pub(super) fn without_foreign_marks(self) -> Self {
+        match self {
+            Self::Injected(injection) => Self::Injected(injection),
+            Self::Rewritten(mut object) => {
+                let recorded = object
+                    .pointer("/metadata/annotations")
+                    .and_then(Value::as_object)
+                    .is_some_and(|a| a.contains_key(record::ANNOTATION));
+                if let Some(meta) = object.get_mut("metadata") {
+                    if let Some(Value::Object(a)) = meta.get_mut("annotations") {
+                        a.remove(record::VERIFIED_ANNOTATION);
+                    }
+                    if !recorded && let Some(Value::Object(l)) = meta.get_mut("labels") {
+                        l.remove(record::LABEL);
+                    }
+                }
+                Self::Rewritten(object)
+            }
+        }
+    }
+
     /// The patch from `original`, without building the admitted object: the operations
     /// `into_patch_and_object` gives for the same `shape`.
     pub(super) fn into_patch(self, original: &Value, shape: Shape) -> Vec<Operation> {
@@ -81,9 +105,22 @@ impl Injection {
         }
     }
 
+    /// Nothing to inject, only marks of bookend's that bookend did not write to drop
+    /// (`None`: there are none). A TaskRun arriving at CREATE with the record, the
+    /// verification label or the verified mark was not given them by bookend (a re-invocation
+    /// after bookend's own pass is sealed again, so it never lands here).
+    pub(super) fn foreign_marks_dropped(original: &Value) -> Option<Self> {
+        has_marks(original).then(|| Self {
+            task_spec_members: BTreeMap::new(),
+            record: None,
+        })
+    }
+
     /// The TaskRun with the members and the record set.
     pub(super) fn apply(self, mut object: Value) -> Value {
-        Self::set_members(self.task_spec_members, &mut object["spec"]["taskSpec"]);
+        if !self.task_spec_members.is_empty() {
+            Self::set_members(self.task_spec_members, &mut object["spec"]["taskSpec"]);
+        }
         set_record(&mut object, self.record);
         object
     }
@@ -105,6 +142,12 @@ impl Injection {
             );
             patch::set_at(
                 original,
+                &["metadata", "annotations", record::VERIFIED_ANNOTATION],
+                None,
+                &mut ops,
+            );
+            patch::set_at(
+                original,
                 &["metadata", "labels", record::LABEL],
                 label,
                 &mut ops,
@@ -119,6 +162,9 @@ impl Injection {
                 metadata.get("metadata").cloned(),
                 &mut ops,
             );
+        }
+        if self.task_spec_members.is_empty() {
+            return ops;
         }
         let old_spec = original["spec"]["taskSpec"]
             .as_object()
@@ -147,8 +193,15 @@ impl Injection {
 }
 
 /// Sets (`Some`) or removes (`None`) the `bookend.dev/injected` record of an object, and with
-/// it the label that selects the TaskRun for post-run verification.
+/// it the label that selects the TaskRun for post-run verification. The verified mark goes
+/// either way: a TaskRun being admitted has not run yet.
 pub(super) fn set_record(object: &mut Value, record: Option<String>) {
+    if let Some(Value::Object(annotations)) = object
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+    {
+        annotations.remove(record::VERIFIED_ANNOTATION);
+    }
     match record {
         Some(record) => {
             if !object.is_object() {
@@ -175,6 +228,20 @@ pub(super) fn set_record(object: &mut Value, record: Option<String>) {
             }
         }
     }
+}
+
+/// Whether the object carries any of the marks bookend writes on a TaskRun it admits (the
+/// record, the verification label) or after it verified it.
+pub(super) fn has_marks(object: &Value) -> bool {
+    let has = |map: &str, key: &str| {
+        object
+            .pointer(&format!("/metadata/{map}"))
+            .and_then(Value::as_object)
+            .is_some_and(|m| m.contains_key(key))
+    };
+    has("annotations", record::ANNOTATION)
+        || has("annotations", record::VERIFIED_ANNOTATION)
+        || has("labels", record::LABEL)
 }
 
 /// Sets `metadata.<map>.<key>` (`map`: `labels` or `annotations`), making `metadata` and the

@@ -306,8 +306,14 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
         );
     }
 
-    let Some(admitted) = enforced else {
-        return decision;
+    // What the policies change, or else only the marks of bookend's the author wrote: the
+    // record, the verification label and the verified mark are bookend's alone.
+    let (admitted, marks_only) = match enforced {
+        Some(admitted) => (admitted.without_foreign_marks(), false),
+        None => match admitted::Injection::foreign_marks_dropped(request.object) {
+            Some(injection) => (admitted::Admitted::Injected(injection), true),
+            None => return decision,
+        },
     };
     let (ops, new_object) = match keep {
         Keep::Object => admitted.into_patch_and_object(request.object),
@@ -321,6 +327,12 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
         ),
     };
     if ops.is_empty() {
+        return decision;
+    }
+    if marks_only {
+        decision.outcome = Outcome::Mutated;
+        decision.patch = ops;
+        decision.object = new_object;
         return decision;
     }
     decision.injected = enforce

@@ -13,6 +13,13 @@ pub const LABEL: &str = "bookend.dev/verify";
 pub const LABEL_VALUE: &str = "true";
 /// Annotation naming the Task bookend inlined for a `taskRef` TaskRun.
 pub const INLINED_ANNOTATION: &str = "bookend.dev/inlined-task";
+/// Annotation that marks a TaskRun verified after it finished (each policy's verdict). Only
+/// bookend's own identity writes it, and never at CREATE: an author who wrote it would make
+/// the post-run watch take the TaskRun for verified.
+pub const VERIFIED_ANNOTATION: &str = "bookend.dev/verified";
+/// The prefix of every label and annotation bookend writes on a TaskRun. After CREATE only
+/// bookend's own identity may change an entry under it (`admission::marks`).
+pub const MARK_PREFIX: &str = "bookend.dev/";
 
 /// What bookend did to a TaskRun.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

@@ -508,4 +508,37 @@ fn admission_labels_what_verification_watches_and_only_that() {
     assert_eq!(d.outcome, Outcome::Mutated);
     assert_eq!(d.object["metadata"]["labels"], json!({"team": "a"}));
     assert_eq!(d.object["metadata"]["annotations"], json!({}));
+    // The verified mark, or the label alone, written at CREATE: dropped, whether a policy
+    // applies or not; the patch the webhook sends says the same as the object.
+    let verified =
+        json!({record::VERIFIED_ANNOTATION: "{\"ClusterStepPolicy/sbom\":\"pass\"}", "note": "x"});
+    for (set, injected) in [(&set, true), (&none, false)] {
+        let mut marked = taskrun(json!([{"name": "build", "image": "go"}]));
+        marked["metadata"]["labels"] = json!({record::LABEL: "true"});
+        marked["metadata"]["annotations"] = verified.clone();
+        let d = run(set, &marked);
+        assert_eq!(d.outcome, Outcome::Mutated);
+        assert_eq!(
+            d.object["metadata"]["annotations"].get(record::VERIFIED_ANNOTATION),
+            None
+        );
+        assert_eq!(d.object["metadata"]["annotations"]["note"], json!("x"));
+        assert_eq!(
+            d.object["metadata"]["labels"].get(record::LABEL).is_some(),
+            injected
+        );
+        let metadata = |ops: &[crate::patch::Operation]| -> Vec<crate::patch::Operation> {
+            ops.iter()
+                .filter(|op| op.path().starts_with("/metadata"))
+                .cloned()
+                .collect()
+        };
+        assert_eq!(
+            metadata(&d.patch),
+            metadata(&crate::patch::diff(&marked, &d.object))
+        );
+        if !injected {
+            assert!(d.injected.is_empty(), "nothing injected: {:?}", d.injected);
+        }
+    }
 }

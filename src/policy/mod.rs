@@ -42,6 +42,10 @@ pub struct Settings {
     /// The user Tekton's controller acts as; its dry-run Task CREATEs (remote resolution) get
     /// the policies' steps too.
     pub tekton_controller: String,
+    /// The user bookend itself acts as against the API server, as the API server says at start
+    /// (a SelfSubjectReview); `None` outside a cluster. The only requester that may change
+    /// bookend's marks on a TaskRun after CREATE (`admission::marks`).
+    pub own_user: Option<String>,
     /// What the cluster's Tekton can run (version, feature flags): decides each policy's
     /// [`Support`].
     pub tekton: Cluster,
@@ -64,6 +68,7 @@ impl Default for Settings {
             helper_image: DEFAULT_HELPER_IMAGE.to_owned(),
             helper_run_as_user: Some(DEFAULT_HELPER_RUN_AS_USER),
             tekton_controller: DEFAULT_TEKTON_CONTROLLER.to_owned(),
+            own_user: None,
             tekton: Cluster::default(),
         }
     }

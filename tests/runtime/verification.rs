@@ -65,6 +65,47 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
         two(step("build", "sleep 120")),
     );
     taskrun_timeout["spec"]["timeout"] = json!("10s");
+    // Cancelled while its user step runs: `spec.status: TaskRunCancelled`, an UPDATE of the
+    // TaskRun (not of a bookend mark) that must go through while bookend's marks webhook is
+    // installed.
+    let env = &ctx.env;
+    let (cancelled_name, cancelled_at) = env.start(&taskrun(
+        ALWAYS,
+        "verify-cancelled",
+        two(step("build", "sleep 120")),
+    ));
+    poll(
+        "verify-cancelled's step build running",
+        Duration::from_secs(120),
+        || {
+            let object = env
+                .kubectl
+                .get(&["taskrun", "-n", ALWAYS, &cancelled_name])?;
+            let running = object["status"]["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == "build" && s.get("running").is_some());
+            running.then_some(()).ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    env.kubectl.ok(
+        &[
+            "patch",
+            "taskrun",
+            "-n",
+            ALWAYS,
+            &cancelled_name,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"status":"TaskRunCancelled"}}"#,
+        ],
+        "cancel verify-cancelled",
+    );
+    let cancelled = Finished {
+        object: env.wait("taskrun", ALWAYS, &cancelled_name),
+        took: cancelled_at.elapsed(),
+    };
     let runs = ctx.env.run_all(&[
         taskrun(ALWAYS, "verify-all-pass", two(step("build", ""))),
         taskrun(ALWAYS, "verify-build-fails", two(step("build", "exit 3"))),
@@ -74,7 +115,6 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
     let [pass, fails, step_timeout, run_timeout] = &runs[..] else {
         unreachable!()
     };
-    let env = &ctx.env;
     let mut checks = Checks::default();
     checks.check("all org steps ran: pass", || {
         assert_eq!(
@@ -117,9 +157,48 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
             serde_json::to_string_pretty(&run_timeout.object["status"]["steps"]).unwrap()
         );
     });
+    checks.check("a cancellation: the Always post-step did not run", || {
+        assert_eq!(cancelled.condition().1, "TaskRunCancelled");
+        assert_eq!(mark(env, &cancelled)[ALWAYS_POLICY], json!("fail"));
+        let why = event(env, &cancelled, "OrgStepsDidNotRun");
+        assert!(
+            why.contains(
+                "ClusterStepPolicy/rt-always: org post-step bookend-report did not run: the TaskRun was cancelled during step build"
+            ),
+            "{why}\n{}",
+            serde_json::to_string_pretty(&cancelled.object["status"]["steps"]).unwrap()
+        );
+    });
+    // Every TaskRun UPDATE bookend reviewed (its own marks: the chart's matchCondition sends
+    // nothing else) was admitted, and none of Tekton's controller's was refused: its updates
+    // of labels, annotations and the cancellation above went through with the marks webhook
+    // installed, fail-closed.
+    checks.check(
+        "the marks webhook: bookend's marks admitted, nothing of Tekton's refused",
+        || {
+            let log = std::fs::read_to_string(&ctx.bookend_log).unwrap_or_default();
+            let updates: Vec<&str> = log
+                .lines()
+                .filter(|l| {
+                    l.contains("endpoint=\"validate\"")
+                        && l.contains("operation=\"UPDATE\"")
+                        && l.contains("tekton.dev/TaskRun")
+                })
+                .collect();
+            assert!(
+                updates.len() >= 5,
+                "bookend reviewed its own marks: {updates:?}"
+            );
+            assert!(
+                updates.iter().all(|l| l.contains("outcome=\"admitted\"")),
+                "{updates:?}"
+            );
+        },
+    );
     checks.finish();
     format!(
-        "pass; failing user step: pass; step timeout and TaskRun timeout: fail ({:?})",
-        run_timeout.condition().1
+        "pass; failing user step: pass; step timeout, TaskRun timeout and cancellation: fail ({:?}, {:?}); marks webhook refused nothing",
+        run_timeout.condition().1,
+        cancelled.condition().1
     )
 }

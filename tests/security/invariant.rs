@@ -392,7 +392,7 @@ fn apply_tamper(object: &mut Value, tamper: &Tamper) {
     }
 }
 
-fn cases() -> u32 {
+pub(crate) fn cases() -> u32 {
     std::env::var("BOOKEND_SECURITY_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -14,6 +14,7 @@ mod classes;
 mod common;
 mod cost;
 mod invariant;
+mod marks;
 mod oracle;
 mod tenants;
 

@@ -118,7 +118,10 @@ pub fn check(
                 .iter()
                 .all(|p| p.spec.task_ref == bookend::policy::TaskRefPolicy::Skip)
             {
-                return if admitted == taskrun {
+                // Unchanged but for bookend's marks, which no TaskRun keeps from its author (I8).
+                return if without_marks(admitted) == without_marks(taskrun)
+                    && without_marks(admitted) == *admitted
+                {
                     Ok(())
                 } else {
                     Err("a Skip policy changed the TaskRun".into())
@@ -574,4 +577,23 @@ fn check_run_fields(admitted: &Value, set: &PolicySet, applied: &[&Policy]) -> R
         }
     }
     Ok(())
+}
+
+/// The TaskRun without the marks bookend writes (record, verification label, verified mark).
+fn without_marks(taskrun: &Value) -> Value {
+    use bookend::engine::record;
+    let mut object = taskrun.clone();
+    for (map, key) in [
+        ("annotations", record::ANNOTATION),
+        ("annotations", record::VERIFIED_ANNOTATION),
+        ("labels", record::LABEL),
+    ] {
+        if let Some(entries) = object
+            .pointer_mut(&format!("/metadata/{map}"))
+            .and_then(Value::as_object_mut)
+        {
+            entries.remove(key);
+        }
+    }
+    object
 }

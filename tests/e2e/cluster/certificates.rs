@@ -320,8 +320,8 @@ pub(super) fn scenario_generated_certificate(ctx: &mut Ctx) -> String {
     let bundles = ca_bundles(&ctx.cluster);
     assert_eq!(
         bundles.len(),
-        5,
-        "two mutating and three validating webhooks"
+        6,
+        "two mutating and four validating webhooks"
     );
     assert!(
         bundles.iter().all(|b| *b == ca),

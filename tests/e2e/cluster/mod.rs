@@ -60,7 +60,7 @@ use status::{
     scenario_tekton_version,
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
-use verification::scenario_post_run_verification;
+use verification::{scenario_post_run_verification, scenario_verification_cannot_be_escaped};
 
 const TEAM_A: &str = "team-a";
 const TEAM_B: &str = "team-b";
@@ -219,7 +219,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 25] = [
+    let scenarios: [(&str, Scenario); 26] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -286,6 +286,10 @@ fn real_apiserver_calls_bookend() {
         (
             "post-run verification: verdicts, Event, report, metrics; once across a restart and two replicas",
             scenario_post_run_verification,
+        ),
+        (
+            "post-run verification cannot be escaped: marks bookend's alone at CREATE and UPDATE",
+            scenario_verification_cannot_be_escaped,
         ),
         (
             "openreports: auto finds the Report CRD and writes there",

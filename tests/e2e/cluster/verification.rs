@@ -321,3 +321,203 @@ pub(super) fn scenario_post_run_verification(ctx: &mut Ctx) -> String {
         "pass, TaskRun timeout (Event, report, metrics), a restart, two replicas (split {split:?}): each counted once"
     )
 }
+
+const MARKS_WEBHOOK: &str = "taskrun-marks.validate.bookend.dev";
+/// bookend's answers to TaskRun UPDATEs it refused (only mark changes reach it).
+const UPDATES_DENIED: &str = "bookend_admission_requests_total{endpoint=\"validate\",operation=\"UPDATE\",outcome=\"denied\",dry_run=\"false\"}";
+const UPDATES_ADMITTED: &str = "bookend_admission_requests_total{endpoint=\"validate\",operation=\"UPDATE\",outcome=\"admitted\",dry_run=\"false\"}";
+
+pub(super) fn scenario_verification_cannot_be_escaped(ctx: &mut Ctx) -> String {
+    // At CREATE the author writes the marks: bookend drops them and labels the TaskRun itself.
+    let mut object = taskrun(TEAM_A, "", "build");
+    object["metadata"] = json!({"name": "verify-escape", "namespace": TEAM_A,
+        "labels": {"bookend.dev/verify": "false"},
+        "annotations": {VERIFIED: "{\"ClusterStepPolicy/org-sbom\":\"pass\"}"}});
+    let created = ctx
+        .cluster
+        .create(&object)
+        .expect_ok("create a TaskRun with forged marks")
+        .json();
+    ctx.keep("verify-escape", &created);
+    assert_eq!(
+        created["metadata"]["labels"]["bookend.dev/verify"],
+        json!("true")
+    );
+    assert!(
+        created["metadata"]["annotations"].get(VERIFIED).is_none(),
+        "{}",
+        created["metadata"]
+    );
+
+    // After CREATE, every change of a mark is refused, by the author (the admin user here) and
+    // by Tekton's controller (impersonated), with the fields named.
+    let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "rules": [{"apiGroups": ["tekton.dev"], "resources": ["taskruns"],
+                    "verbs": ["get", "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "e2e-tekton-controller-taskruns"},
+         "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
+                       "namespace": "tekton-pipelines"}]}]});
+    ctx.cluster
+        .apply(&rbac)
+        .expect_ok("RBAC for the impersonated controller");
+    let denied_before = metric(&ctx.bookend, UPDATES_DENIED);
+    let attempts: [(&[&str], &str); 6] = [
+        (
+            &["label", "taskrun", "verify-escape", "bookend.dev/verify-"],
+            "metadata.labels.bookend.dev/verify",
+        ),
+        (
+            &[
+                "label",
+                "--overwrite",
+                "taskrun",
+                "verify-escape",
+                "bookend.dev/verify=false",
+            ],
+            "metadata.labels.bookend.dev/verify",
+        ),
+        (
+            &[
+                "annotate",
+                "taskrun",
+                "verify-escape",
+                "bookend.dev/verified={}",
+            ],
+            "metadata.annotations.bookend.dev/verified",
+        ),
+        (
+            &[
+                "annotate",
+                "taskrun",
+                "verify-escape",
+                "bookend.dev/injected-",
+            ],
+            "metadata.annotations.bookend.dev/injected",
+        ),
+        (
+            &[
+                "patch",
+                "taskrun",
+                "verify-escape",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"labels":null}}"#,
+            ],
+            "metadata.labels.bookend.dev/verify",
+        ),
+        (
+            &[
+                "annotate",
+                &as_controller,
+                "taskrun",
+                "verify-escape",
+                "bookend.dev/verified={}",
+            ],
+            "metadata.annotations.bookend.dev/verified",
+        ),
+    ];
+    for (args, field) in attempts {
+        let mut full = args.to_vec();
+        full.extend(["-n", TEAM_A]);
+        let out = ctx.cluster.kubectl(&full);
+        assert!(
+            !out.ok()
+                && out.stderr.contains(MARKS_WEBHOOK)
+                && out.stderr.contains(field)
+                && out.stderr.contains("written by bookend only"),
+            "kubectl {args:?} must be refused naming {field}: {}",
+            out.stderr
+        );
+    }
+    assert_eq!(
+        metric(&ctx.bookend, UPDATES_DENIED) - denied_before,
+        attempts.len() as f64,
+        "each refusal is bookend's own (not a failed call)"
+    );
+
+    // Everything else in an UPDATE is anyone's, and never reaches bookend (the chart's
+    // matchCondition): the author's label, the controller's annotation, a finalizer.
+    let reviewed_before =
+        metric(&ctx.bookend, UPDATES_DENIED) + metric(&ctx.bookend, UPDATES_ADMITTED);
+    for args in [
+        &["label", "taskrun", "verify-escape", "team=a"][..],
+        &[
+            "annotate",
+            &as_controller,
+            "taskrun",
+            "verify-escape",
+            "pipeline.tekton.dev/release=e2e",
+        ],
+        &[
+            "patch",
+            "taskrun",
+            "verify-escape",
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":["e2e.example/keep"]}}"#,
+        ],
+    ] {
+        let mut full = args.to_vec();
+        full.extend(["-n", TEAM_A]);
+        ctx.cluster
+            .kubectl(&full)
+            .expect_ok("an UPDATE that leaves bookend's marks alone");
+    }
+    assert_eq!(
+        metric(&ctx.bookend, UPDATES_DENIED) + metric(&ctx.bookend, UPDATES_ADMITTED),
+        reviewed_before,
+        "UPDATEs that change no mark are not sent to bookend"
+    );
+
+    // bookend's own mark goes through the same webhook: one verdict, then it is frozen too.
+    let admitted_before = metric(&ctx.bookend, UPDATES_ADMITTED);
+    finish(ctx, "verify-escape", Some(("build", "TaskRunTimeout")));
+    assert_eq!(poll_mark(ctx, "verify-escape")[SBOM], json!("fail"));
+    assert!(
+        metric(&ctx.bookend, UPDATES_ADMITTED) > admitted_before,
+        "bookend's mark was reviewed and admitted as bookend's own"
+    );
+    let out = ctx.cluster.kubectl(&[
+        "annotate",
+        "--overwrite",
+        "taskrun",
+        "verify-escape",
+        r#"bookend.dev/verified={"ClusterStepPolicy/org-sbom":"pass"}"#,
+        "-n",
+        TEAM_A,
+    ]);
+    assert!(
+        !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
+        "{}",
+        out.stderr
+    );
+    ctx.cluster
+        .kubectl(&[
+            "patch",
+            "taskrun",
+            "verify-escape",
+            "-n",
+            TEAM_A,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ])
+        .expect_ok("drop the test's finalizer");
+    let uid = metadata_str(&created, "uid");
+    let warnings = events(ctx, &uid, "OrgStepsDidNotRun");
+    assert_eq!(
+        warnings.iter().map(|(n, _)| n).sum::<u64>(),
+        1,
+        "{warnings:?}"
+    );
+    format!(
+        "forged marks dropped at CREATE; {} mark changes refused (author and controller); other UPDATEs not sent; one verdict",
+        attempts.len()
+    )
+}

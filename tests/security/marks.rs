@@ -1,0 +1,266 @@
+//! Hostile create/update sequences against post-run verification (docs/security.md, I8): the
+//! author writes bookend's marks at CREATE, then the author and Tekton's controller update the
+//! TaskRun at random (add, change, remove labels and annotations under `bookend.dev/` and
+//! others, drop whole maps), while the TaskRun finishes and bookend's watch looks at random
+//! moments. CREATE goes through the engine as `/mutate` decides it, every UPDATE through
+//! bookend's `/validate` as the API server sends it (all of them: the chart's matchCondition
+//! only filters, bookend does not rely on it), and an UPDATE bookend refuses is not stored.
+//!
+//! Invariant: a TaskRun bookend injected into keeps its record and the `bookend.dev/verify`
+//! label as bookend wrote them, carries no `bookend.dev/verified` until bookend writes it, and
+//! bookend produces its verdict exactly once, after it finished; a TaskRun bookend did not
+//! inject into is never selected by the watch.
+//!
+//! `BOOKEND_SECURITY_CASES` sets the number of sequences (default 3000); failing seeds are kept
+//! in `tests/security/marks.proptest-regressions`.
+
+use bookend::admission::{Endpoint, review};
+use bookend::engine::{Outcome, record};
+use bookend::policy::load::policy_set_from_yaml;
+use bookend::policy::{DEFAULT_TEKTON_CONTROLLER, PolicySet, Settings};
+use bookend::verification::{self, Seen};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, FileFailurePersistence};
+use serde_json::{Value, json};
+
+use crate::{cases, catalog, decide};
+
+const BOOKEND: &str = "system:serviceaccount:bookend-system:bookend";
+
+/// The security policies, with bookend knowing its own user as it does in a cluster.
+fn policies_knowing_bookend() -> PolicySet {
+    let settings = Settings {
+        own_user: Some(BOOKEND.to_owned()),
+        ..Settings::default()
+    };
+    let loaded = policy_set_from_yaml("security.yaml", cases::POLICIES, settings);
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
+}
+
+fn mark_key() -> impl Strategy<Value = &'static str> {
+    prop_oneof![
+        3 => Just(record::LABEL),
+        3 => Just(record::VERIFIED_ANNOTATION),
+        3 => Just(record::ANNOTATION),
+        1 => Just(record::INLINED_ANNOTATION),
+        1 => Just("bookend.dev/other"),
+        1 => Just("Bookend.dev/verify"),
+        2 => Just("team"),
+        1 => Just("tekton.dev/task"),
+    ]
+}
+
+fn mark_value() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("true".to_owned()),
+        Just("false".to_owned()),
+        Just(String::new()),
+        Just("{}".to_owned()),
+        Just(r#"{"ClusterStepPolicy/org-sbom":"pass"}"#.to_owned()),
+        Just(r#"{"policies":[]}"#.to_owned()),
+    ]
+}
+
+#[derive(Clone, Debug)]
+enum Edit {
+    Set {
+        labels: bool,
+        key: &'static str,
+        value: String,
+    },
+    Remove {
+        labels: bool,
+        key: &'static str,
+    },
+    /// `metadata.labels` or `metadata.annotations` replaced whole (null or `{}`).
+    Drop {
+        labels: bool,
+        null: bool,
+    },
+}
+
+fn edit() -> impl Strategy<Value = Edit> {
+    prop_oneof![
+        4 => (any::<bool>(), mark_key(), mark_value())
+            .prop_map(|(labels, key, value)| Edit::Set { labels, key, value }),
+        3 => (any::<bool>(), mark_key()).prop_map(|(labels, key)| Edit::Remove { labels, key }),
+        1 => (any::<bool>(), any::<bool>()).prop_map(|(labels, null)| Edit::Drop { labels, null }),
+    ]
+}
+
+fn apply(object: &mut Value, edit: &Edit) {
+    let map = |labels: bool| if labels { "labels" } else { "annotations" };
+    match edit {
+        Edit::Set { labels, key, value } => {
+            let m = &mut object["metadata"][map(*labels)];
+            if !m.is_object() {
+                *m = json!({});
+            }
+            m[*key] = json!(value);
+        }
+        Edit::Remove { labels, key } => {
+            if let Some(m) = object["metadata"][map(*labels)].as_object_mut() {
+                m.remove(*key);
+            }
+        }
+        Edit::Drop { labels, null } => {
+            object["metadata"][map(*labels)] = if *null { Value::Null } else { json!({}) };
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+enum Move {
+    /// An UPDATE by the author (`true`) or by Tekton's controller (copying a Task's metadata).
+    Update { author: bool, edits: Vec<Edit> },
+    /// Tekton's controller finishes the TaskRun (through `status`: no admission, no metadata).
+    Finish,
+    /// bookend's watch sees the TaskRun (an event, a relist after a restart).
+    Look,
+}
+
+fn moves() -> impl Strategy<Value = Vec<Move>> {
+    let one = prop_oneof![
+        5 => (any::<bool>(), prop::collection::vec(edit(), 1..4))
+            .prop_map(|(author, edits)| Move::Update { author, edits }),
+        1 => Just(Move::Finish),
+        2 => Just(Move::Look),
+    ];
+    prop::collection::vec(one, 0..12)
+}
+
+/// A TaskRun as its author creates it: in a namespace the org's policies cover or not, with
+/// marks of bookend's written in.
+fn created() -> impl Strategy<Value = (&'static str, Value)> {
+    (
+        prop_oneof![Just("team-a"), Just("elsewhere")],
+        prop::collection::vec(edit(), 0..5),
+    )
+        .prop_map(|(namespace, edits)| {
+            let mut taskrun = cases::inline(json!([cases::build_step()]));
+            taskrun["metadata"]["namespace"] = json!(namespace);
+            for e in &edits {
+                apply(&mut taskrun, e);
+            }
+            (namespace, taskrun)
+        })
+}
+
+/// bookend's answer to an UPDATE from `user`: admitted or not.
+fn update_allowed(set: &PolicySet, user: &str, old: &Value, new: &Value) -> bool {
+    let body = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u", "operation": "UPDATE", "namespace": old["metadata"]["namespace"],
+            "kind": {"group": "tekton.dev", "version": "v1", "kind": "TaskRun"},
+            "resource": {"group": "tekton.dev", "version": "v1", "resource": "taskruns"},
+            "userInfo": {"username": user}, "object": new, "oldObject": old}});
+    let reply = review(
+        Endpoint::Validate,
+        &serde_json::to_vec(&body).unwrap(),
+        set,
+        &catalog(),
+    );
+    let answer: Value = serde_json::from_slice(&reply.body).unwrap();
+    answer["response"]["allowed"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("an AdmissionReview answer: {answer}"))
+}
+
+fn entry<'a>(object: &'a Value, map: &str, key: &str) -> Option<&'a Value> {
+    object["metadata"][map].as_object().and_then(|m| m.get(key))
+}
+
+/// What the watch selects: the label selector `bookend.dev/verify=true`.
+fn selected(object: &Value) -> bool {
+    entry(object, "labels", record::LABEL) == Some(&json!(record::LABEL_VALUE))
+}
+
+#[test]
+fn no_hostile_create_or_update_escapes_verification() {
+    let set = policies_knowing_bookend();
+    let catalog = catalog();
+    let config = Config {
+        cases: super::invariant::cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/marks.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let counts = std::cell::RefCell::new([0usize; 3]);
+    proptest!(config, |((namespace, taskrun) in created(), moves in moves())| {
+        let decision = decide(&taskrun, namespace, &set, &catalog);
+        prop_assert!(decision.outcome != Outcome::Denied, "{:?}", decision.message);
+        let mut stored = decision.object.clone();
+        let injected = entry(&stored, "annotations", record::ANNOTATION).cloned();
+        // At CREATE: no verified mark, the label exactly with bookend's record.
+        prop_assert!(entry(&stored, "annotations", record::VERIFIED_ANNOTATION).is_none(), "{stored}");
+        prop_assert_eq!(selected(&stored), injected.is_some(), "{}", stored);
+        prop_assert_eq!(entry(&stored, "labels", record::LABEL).is_some(), injected.is_some());
+        if injected.is_some() {
+            counts.borrow_mut()[0] += 1;
+        }
+        let marks = |o: &Value| -> Vec<(String, Value)> {
+            ["labels", "annotations"].iter().flat_map(|map| {
+                o["metadata"][*map].as_object().into_iter().flatten()
+                    .filter(|(k, _)| k.starts_with(record::MARK_PREFIX))
+                    .map(move |(k, v)| (format!("{map}/{k}"), v.clone()))
+            }).collect()
+        };
+        let mut verdicts = 0;
+        let mut finished = false;
+        let look = |stored: &mut Value, verdicts: &mut usize| {
+            if !selected(stored) || verification::seen(stored) != Seen::Finished {
+                return;
+            }
+            let mut marked = stored.clone();
+            marked["metadata"]["annotations"][record::VERIFIED_ANNOTATION] = json!("{}");
+            if update_allowed(&set, BOOKEND, stored, &marked) {
+                *stored = marked;
+                *verdicts += 1;
+            }
+        };
+        for m in moves.iter().chain([Move::Finish, Move::Look, Move::Look].iter()) {
+            match m {
+                Move::Update { author, edits } => {
+                    let mut new = stored.clone();
+                    for e in edits {
+                        apply(&mut new, e);
+                    }
+                    let user = if *author { "alice" } else { DEFAULT_TEKTON_CONTROLLER };
+                    let allowed = update_allowed(&set, user, &stored, &new);
+                    let changes_marks = marks(&stored) != marks(&new);
+                    prop_assert_eq!(allowed, !changes_marks, "{} {:?}", user, edits);
+                    if allowed {
+                        counts.borrow_mut()[1] += 1;
+                        stored = new;
+                    } else {
+                        counts.borrow_mut()[2] += 1;
+                    }
+                }
+                Move::Finish => {
+                    finished = true;
+                    stored["status"] = json!({"conditions": [
+                        {"type": "Succeeded", "status": "False", "reason": "Failed"}]});
+                }
+                Move::Look => look(&mut stored, &mut verdicts),
+            }
+            // Whatever happened so far: bookend's marks are as bookend left them.
+            prop_assert_eq!(entry(&stored, "annotations", record::ANNOTATION), injected.as_ref());
+            prop_assert_eq!(selected(&stored), injected.is_some());
+            prop_assert_eq!(
+                entry(&stored, "annotations", record::VERIFIED_ANNOTATION).is_some(),
+                verdicts == 1
+            );
+        }
+        prop_assert!(finished);
+        prop_assert_eq!(verdicts, usize::from(injected.is_some()), "{}", stored);
+    });
+    let [injected, admitted, refused] = counts.into_inner();
+    eprintln!(
+        "hostile sequences: {injected} injected TaskRuns; {admitted} UPDATEs admitted, {refused} refused"
+    );
+    assert!(
+        injected > 0 && admitted > 0 && refused > 0,
+        "the generator reaches every answer"
+    );
+}
