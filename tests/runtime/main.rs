@@ -30,6 +30,7 @@ mod kube;
 mod tools;
 
 mod daemon;
+mod hermetic;
 mod node;
 mod pods;
 mod prereqs;
@@ -191,6 +192,7 @@ fn all_policies() -> Vec<Value> {
         remote::policies(),
         sealed::policies(),
         pods::policies(),
+        hermetic::policies(),
     ]
     .concat()
 }
@@ -308,6 +310,7 @@ fn injected_taskruns_run() {
         .chain([remote::REMOTE, remote::CATALOG])
         .chain(sealed::NAMESPACES)
         .chain(pods::NAMESPACES)
+        .chain(hermetic::NAMESPACES)
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -381,7 +384,7 @@ fn injected_taskruns_run() {
         helper_notes: Default::default(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let list: [(&str, Scenario); 18] = [
+    let list: [(&str, Scenario); 19] = [
         (
             "1 OnSuccess pre/post of two policies run in the documented order",
             scenarios::scenario_order,
@@ -447,6 +450,10 @@ fn injected_taskruns_run() {
         (
             "18 post-run verification: pass, failing user step, step and TaskRun timeouts",
             verification::scenario_verification,
+        ),
+        (
+            "19 hermetic user steps: the org steps reach the server, the TaskRun's step cannot",
+            hermetic::scenario_hermetic,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and
