@@ -43,7 +43,7 @@ fn text(bytes: &[u8]) -> String {
 fn validate_accepts_the_examples() {
     let out = bookend(&["validate", "--policies", "examples/policies"]);
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "valid: 4 policies\n");
+    assert_eq!(text(&out.stdout), "valid: 5 policies\n");
 }
 
 #[test]
@@ -576,7 +576,7 @@ fn completions_and_the_kubectl_plugin_name() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "valid: 4 policies\n");
+    assert_eq!(text(&out.stdout), "valid: 5 policies\n");
 }
 
 #[test]

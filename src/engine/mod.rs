@@ -6,6 +6,7 @@ mod audit;
 use admitted::Shape;
 mod canonical;
 pub mod check;
+pub mod hermetic;
 pub mod inject;
 pub mod isolate;
 mod lookup;

@@ -14,7 +14,7 @@ use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
-use super::{Denial, check, isolate};
+use super::{Denial, check, hermetic, isolate};
 use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, Support, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 
@@ -107,6 +107,23 @@ fn plan_source(
                         "spec.taskRef: the Task comes from the {resolver:?} resolver, so bookend cannot inject its steps, and the policy sets remoteTaskRef: Deny; use an inline taskSpec or a Task in the namespace"
                     ),
                 ));
+            }
+            // Only the namespace-level policies reach the resolved Task (the controller's
+            // dry-run): another one could not jail its steps, and must not let them run
+            // networked.
+            if let Some(p) = applied
+                .iter()
+                .find(|p| p.spec.user_steps.hermetic() && !p.namespace_level_only())
+            {
+                return Err(Denial::policy(
+                    p,
+                    format!(
+                        "spec.taskRef: the Task comes from the {resolver:?} resolver, and the policy requires the TaskRun's own steps to run without network (userSteps.network: None); bookend jails a resolved Task's steps only for policies whose criteria are all about the namespace (its selector or origin reads the TaskRun, which the resolved Task does not carry); use an inline taskSpec or a Task in the namespace"
+                    ),
+                ));
+            }
+            if let Some(p) = hermetic::requiring(applied) {
+                hermetic::check_run(view.spec(), lookup.default_pod_template().as_ref(), p)?;
             }
             // The namespace-level policies inject into the resolved Task at the controller's
             // dry-run: the TaskRun's own fields must leave those steps alone too.
@@ -268,6 +285,14 @@ fn plan_local_ref(
         .filter(|p| p.spec.task_ref == TaskRefPolicy::Inline)
         .collect();
     let Some(first) = inline.first() else {
+        if let Some(p) = hermetic::requiring(applied) {
+            return Err(Denial::policy(
+                p,
+                format!(
+                    "spec.taskRef.name: the policy requires the TaskRun's own steps to run without network (userSteps.network: None), and every policy that applies leaves Task {task_name:?} as it is (taskRef: Skip), so its steps would keep the network; set taskRef: Inline on the policy, or use an inline taskSpec"
+                ),
+            ));
+        }
         if !applied.is_empty() {
             warnings.push(format!(
                 "bookend: TaskRun references Task {task_name}; not injected: {} (taskRef: Skip)",
@@ -416,12 +441,25 @@ pub(super) fn seal(
     } else {
         None
     };
-    let unchanged = recognised.in_place && materialised.is_none();
     let task_spec_checks = first.map(|_| {
         // Read of the user's own steps before they are composed (and moved).
         isolate::check_task_spec(task_spec, &recognised.user, applied, settings)
     });
-    let user = materialised.unwrap_or(recognised.user);
+    let hermetic = hermetic::requiring(applied);
+    if let Some(policy) = hermetic {
+        hermetic::check(
+            task_spec,
+            &recognised.user,
+            view.spec(),
+            context.lookup.default_pod_template().as_ref(),
+            policy,
+        )?;
+    }
+    let materialised_any = materialised.is_some();
+    let mut user = materialised.unwrap_or(recognised.user);
+    // After the stepTemplate is written in, so that the jail's entries come last.
+    let jailed = hermetic.is_some() && user.iter_mut().fold(false, |c, s| hermetic::jail(s) | c);
+    let unchanged = recognised.in_place && !materialised_any && !jailed;
 
     let composed = inject::compose(user, applied, settings, version, &params);
     let mut final_steps = composed.steps;

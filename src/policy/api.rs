@@ -104,6 +104,12 @@ pub struct StepPolicySpec {
     /// the policy's post-steps run, so only the post-steps' values reach status.results.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub results: Vec<StepResult>,
+    /// What the TaskRun's own steps (those its author supplied) may do while the org's steps
+    /// run beside them. `network: None` runs each of them without network (Tekton's entrypoint
+    /// puts the step into a network namespace of its own) while org steps keep the Pod's
+    /// network. The strictest applied policy decides.
+    #[serde(default, skip_serializing_if = "UserSteps::is_default")]
+    pub user_steps: UserSteps,
 }
 
 fn default_priority() -> i32 {
@@ -126,6 +132,7 @@ impl Default for StepPolicySpec {
             remote_task_ref: RemoteTaskRefPolicy::default(),
             workspace_mounts: WorkspaceMounts::default(),
             results: Vec::new(),
+            user_steps: UserSteps::default(),
         }
     }
 }
@@ -238,6 +245,43 @@ impl WorkspaceMounts {
     fn is_default(&self) -> bool {
         *self == Self::default()
     }
+}
+
+/// What the TaskRun's own steps may do.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct UserSteps {
+    /// Pod (the default): the TaskRun's steps have the Pod's network, as Tekton runs them. None:
+    /// every step the TaskRun's author supplied runs without network (bookend appends
+    /// `TEKTON_HERMETIC=1` and an empty `TEKTON_RESOURCE_NAME` to its env, and Tekton's
+    /// entrypoint runs it in a network namespace of its own); org steps keep the network. The
+    /// TaskRun may then carry no sidecars, StepAction (`ref`) steps, hostPath volumes, lifecycle
+    /// hooks or probes, which would run outside that namespace.
+    #[serde(default)]
+    pub network: UserStepNetwork,
+}
+
+impl UserSteps {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
+
+    /// Whether the TaskRun's own steps must run without network.
+    pub fn hermetic(&self) -> bool {
+        self.network == UserStepNetwork::None
+    }
+}
+
+/// The network of the TaskRun's own steps.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, JsonSchema,
+)]
+pub enum UserStepNetwork {
+    /// The Pod's network, as Tekton gives it.
+    #[default]
+    Pod,
+    /// No network: the step runs in a network namespace of its own.
+    None,
 }
 
 /// What to do with TaskRuns whose Task is resolved remotely.

@@ -30,6 +30,7 @@ mod kube;
 mod tools;
 
 mod daemon;
+mod hermetic;
 mod node;
 mod pods;
 mod prereqs;
@@ -193,6 +194,7 @@ fn all_policies() -> Vec<Value> {
         sealed::policies(),
         pods::policies(),
         provenance::policies(),
+        hermetic::policies(),
     ]
     .concat()
 }
@@ -311,6 +313,7 @@ fn injected_taskruns_run() {
         .chain(sealed::NAMESPACES)
         .chain(pods::NAMESPACES)
         .chain(provenance::NAMESPACES)
+        .chain(hermetic::NAMESPACES)
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -454,6 +457,8 @@ fn injected_taskruns_run() {
         (
             "19 provenance results: the org post-step's values reach status.results over forged ones",
             provenance::scenario_provenance,
+            "20 hermetic user steps: the org steps reach the server, the TaskRun's step cannot",
+            hermetic::scenario_hermetic,
         ),
     ];
     // Development only: `BOOKEND_RUNTIME_SCENARIOS=2,12` runs those scenarios (by number) and

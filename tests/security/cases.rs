@@ -7,7 +7,8 @@ use serde_json::{Value, json};
 /// The org's policies (credentials first; an SBOM and its upload last, even after a failure),
 /// a team's StepPolicy in `team-a`, and policies that refuse or skip referenced Tasks in their
 /// own namespaces, and one that lets Tasks mount workspaces anywhere but over system
-/// directories and its steps' own (in namespace `open`).
+/// directories and its steps' own (in namespace `open`); in `sealed-net`, one policy that runs
+/// the TaskRun's own steps without network and one that does not (the strict one wins).
 pub const POLICIES: &str = r#"
 apiVersion: bookend.dev/v1alpha1
 kind: ClusterStepPolicy
@@ -77,6 +78,26 @@ spec:
   match: {namespaces: ["open"]}
   workspaceMounts: Anywhere
   preSteps: [{name: bookend-open, image: registry.example/tool:1, command: ["/opt/tool/run"]}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: hermetic-steps}
+spec:
+  priority: 50
+  match: {namespaces: ["sealed-net"]}
+  userSteps: {network: None}
+  postStepsRun: Always
+  preSteps: [{name: bookend-fetch, image: registry.example/fetch:1, command: ["/fetch"]}]
+  postSteps: [{name: bookend-publish, image: registry.example/publish:1, command: ["/publish"]}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: networked-steps}
+spec:
+  priority: 60
+  match: {namespaces: ["sealed-net"]}
+  userSteps: {network: Pod}
+  postSteps: [{name: bookend-notify, image: registry.example/notify:1, command: ["/notify"]}]
 "#;
 
 /// Tasks in the namespaces the cases use (one signed).

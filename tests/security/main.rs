@@ -38,6 +38,7 @@ pub fn catalog() -> Catalog {
     let mut catalog = Catalog::default();
     let docs = bookend::policy::load::yaml_documents(cases::TASKS).unwrap();
     catalog.add_objects(&docs, "team-a");
+    catalog.add_objects(&docs, "sealed-net");
     catalog
 }
 

@@ -105,7 +105,16 @@ pub fn check(
                 return Err(format!("{} says remoteTaskRef: Deny", p.id));
             }
             check_run_fields(admitted, set, &applied)?;
-            return Ok(());
+            if let Some(p) = applied
+                .iter()
+                .find(|p| p.spec.user_steps.hermetic() && !p.namespace_level_only())
+            {
+                return Err(format!(
+                    "{} requires hermetic user steps, and a remote Task it cannot reach was admitted",
+                    p.id
+                ));
+            }
+            return check_pod_template_keeps_the_jail(admitted, &applied);
         }
         Source::Local => {
             if let Some(p) = applied
@@ -135,6 +144,7 @@ pub fn check(
     }
     check_sealed(admitted, &applied, set)?;
     check_run_fields(admitted, set, &applied)?;
+    check_hermetic(admitted, &applied, set)?;
     // Idempotent: what was admitted is what bookend writes.
     let again = engine::decide(
         Request {
@@ -596,4 +606,113 @@ fn without_marks(taskrun: &Value) -> Value {
         }
     }
     object
+/// I8: under a policy with `userSteps.network: None`, every step of the author's is jailed as
+/// the kubelet and Tekton's entrypoint read its env (the last entry of a name, `env` over
+/// `envFrom`; `TEKTON_HERMETIC` "1" and `TEKTON_RESOURCE_NAME` empty, both literal), runs
+/// nothing outside the entrypoint, and no org step is jailed; nothing that runs beside the steps
+/// with the network (sidecars) or gives them a socket of the node (hostPath) is admitted.
+fn check_hermetic(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Result<(), String> {
+    if !applied.iter().any(|p| p.spec.user_steps.hermetic()) {
+        return Ok(());
+    }
+    let prefix = set.settings().prefix.as_str();
+    let last = |env: &[Value], name: &str| -> Option<Value> {
+        env.iter().rev().find(|e| e["name"] == json!(name)).cloned()
+    };
+    let literal = |entry: &Option<Value>, want: &str| {
+        entry.as_ref().is_some_and(|e| {
+            e.get("valueFrom").is_none_or(Value::is_null)
+                && e.get("value").and_then(Value::as_str).unwrap_or("") == want
+                && e.get("value").is_none_or(|v| v.is_string() || v.is_null())
+        })
+    };
+    for step in effective_steps(admitted) {
+        let name = tekton::step_name(&step).unwrap_or("<unnamed>").to_owned();
+        let env: Vec<Value> = step["env"].as_array().cloned().unwrap_or_default();
+        let hermetic = last(&env, "TEKTON_HERMETIC");
+        let resource = last(&env, "TEKTON_RESOURCE_NAME");
+        if name.starts_with(prefix) {
+            if literal(&hermetic, "1") {
+                return Err(format!("org step {name} is jailed"));
+            }
+            continue;
+        }
+        if !literal(&hermetic, "1") || !literal(&resource, "") {
+            return Err(format!(
+                "the author's step {name} keeps the network: env {env:?}"
+            ));
+        }
+        // A name Tekton substitutes after admission may not come after the jail.
+        let jail_at = env
+            .iter()
+            .rposition(|e| e["name"] == json!("TEKTON_HERMETIC"))
+            .unwrap_or(0);
+        if env[jail_at..]
+            .iter()
+            .any(|e| e["name"].as_str().is_some_and(|n| n.contains("$(")))
+        {
+            return Err(format!(
+                "the author's step {name} has a variable env name after the jail"
+            ));
+        }
+        for key in [
+            "ref",
+            "lifecycle",
+            "livenessProbe",
+            "readinessProbe",
+            "startupProbe",
+        ] {
+            if step.get(key).is_some_and(|v| !v.is_null()) {
+                return Err(format!(
+                    "the author's step {name} has {key}, outside the jail"
+                ));
+            }
+        }
+    }
+    let task_spec = &admitted["spec"]["taskSpec"];
+    if task_spec["sidecars"]
+        .as_array()
+        .is_some_and(|s| !s.is_empty())
+    {
+        return Err("sidecars beside hermetic steps".into());
+    }
+    for volumes in [
+        &task_spec["volumes"],
+        &admitted["spec"]["podTemplate"]["volumes"],
+    ] {
+        if volumes
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|v| v.get("hostPath").is_some_and(|h| !h.is_null()))
+        {
+            return Err("a hostPath volume beside hermetic steps".into());
+        }
+    }
+    check_pod_template_keeps_the_jail(admitted, applied)
+}
+
+/// Tekton appends podTemplate env after every step's own: none for the jail's variables.
+fn check_pod_template_keeps_the_jail(admitted: &Value, applied: &[&Policy]) -> Result<(), String> {
+    if !applied.iter().any(|p| p.spec.user_steps.hermetic()) {
+        return Ok(());
+    }
+    let pod_template = &admitted["spec"]["podTemplate"];
+    for e in pod_template["env"].as_array().into_iter().flatten() {
+        if matches!(
+            e["name"].as_str(),
+            Some("TEKTON_HERMETIC" | "TEKTON_RESOURCE_NAME")
+        ) {
+            return Err(format!("podTemplate env {e} decides the jail"));
+        }
+    }
+    if pod_template["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|v| v.get("hostPath").is_some_and(|h| !h.is_null()))
+    {
+        return Err("a podTemplate hostPath volume beside hermetic steps".into());
+    }
+    Ok(())
 }

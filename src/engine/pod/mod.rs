@@ -28,7 +28,7 @@ use serde_json::{Value, json};
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::recognise::recognise;
-use super::{Denial, SubjectFacts};
+use super::{Denial, SubjectFacts, hermetic};
 use crate::policy::{Mode, Policy, PolicySet, Settings, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 use container::{Difference, PodFacts};
@@ -99,13 +99,23 @@ pub fn check_pod(
         if policies.is_empty() {
             return Ok(Vec::new());
         }
-        return check_containers(pod, &view, &policies, set.settings(), lookup).map_err(|e| {
-            Denial {
+        let warnings =
+            check_containers(pod, &view, &policies, set.settings(), lookup).map_err(|e| {
+                Denial {
+                    message: format!(
+                        "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun carried what reaches org steps)"
+                    ),
+                }
+            })?;
+        if let Some(policy) = hermetic::requiring(&policies) {
+            hermetic::check_pod(pod, &set.settings().prefix).map_err(|e| Denial {
                 message: format!(
-                    "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun carried what reaches org steps)"
+                    "bookend: the Pod of TaskRun {namespace}/{name}: {e}; {} requires the TaskRun's own steps to run without network and org steps to keep it. Create the TaskRun again with inline steps bookend can jail (no StepActions, sidecars, hostPath volumes or podTemplate env for TEKTON_HERMETIC or TEKTON_RESOURCE_NAME)",
+                    policy.id
                 ),
-            }
-        });
+            })?;
+        }
+        return Ok(warnings);
     }
     let why = match &path {
         TaskSource::RemoteRef { resolver } => format!(

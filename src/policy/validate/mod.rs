@@ -685,7 +685,7 @@ mod tests {
                 n += 1;
             }
         }
-        assert_eq!(n, 4);
+        assert_eq!(n, 5);
     }
 
     #[test]

@@ -277,9 +277,7 @@ func (r *podRunner) ociSpec(c corev1.Container, image imageEntry, dir string) (m
 		"hostname": hostname,
 		"mounts":   mounts,
 		"linux": map[string]any{
-			"namespaces": []map[string]any{
-				{"type": "pid"}, {"type": "network"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"},
-			},
+			"namespaces": r.namespaces(),
 			// Top level, so runc removes all of it when the container ends.
 			"cgroupsPath": "/kubelet-standin-" + filepath.Base(r.dir) + "-" + c.Name,
 			"resources": map[string]any{
@@ -364,4 +362,17 @@ func (r *podRunner) environment(c corev1.Container, image imageEntry) ([]string,
 		env = append(env, name+"="+vars[name])
 	}
 	return env, vars, nil
+}
+
+// NodeNetworkAnnotation on a Pod (Tekton copies a TaskRun's annotations to its Pod) runs its
+// containers in the node's network namespace, as hostNetwork does; without it each container
+// gets an empty one. The runtime suite's hermetic scenario needs a network to take away.
+const NodeNetworkAnnotation = "kubelet-standin.bookend.test/node-network"
+
+func (r *podRunner) namespaces() []map[string]any {
+	namespaces := []map[string]any{{"type": "pid"}, {"type": "ipc"}, {"type": "uts"}, {"type": "mount"}}
+	if !r.pod.Spec.HostNetwork && r.pod.Annotations[NodeNetworkAnnotation] != "true" {
+		namespaces = append(namespaces, map[string]any{"type": "network"})
+	}
+	return namespaces
 }

@@ -5,7 +5,8 @@
 //
 // It exists for bookend's runtime suite (tests/runtime), where Tekton's real controller creates
 // the Pods and Tekton's real entrypoint binary orders the steps inside them. Not emulated:
-// networking (every container gets an empty network namespace), resource limits and OOM kills,
+// networking (every container gets an empty network namespace, but with hostNetwork or the
+// annotation kubelet-standin.bookend.test/node-network: "true" the node's), resource limits and OOM kills,
 // probes, image pulls and image entrypoints, native sidecars, restarts. See docs/testing.md.
 package main
 

@@ -1,0 +1,219 @@
+//! Hermetic user steps (`userSteps.network: None`): the author's steps carry the jail, org
+//! steps and bookend's helpers never do, and whatever would undo it or run outside it is
+//! refused, naming the field.
+
+use super::*;
+use crate::engine::hermetic::effectively_jailed;
+
+const HERMETIC: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: hermetic}
+spec:
+  postStepsRun: Always
+  userSteps: {network: None}
+  preSteps: [{name: bookend-fetch, image: alpine, script: wget http://deps/}]
+  postSteps: [{name: bookend-publish, image: alpine, script: wget --post-data=x http://store/}]
+"#;
+
+fn env_of(step: &Value) -> &[Value] {
+    step.get("env")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice)
+}
+
+/// Every author step is jailed and no step of bookend's is.
+fn assert_jailed(object: &Value, prefix: &str) {
+    for step in steps_of(object) {
+        let name = tekton::step_name(step).unwrap_or("");
+        assert_eq!(
+            effectively_jailed(env_of(step)),
+            !name.starts_with(prefix),
+            "{name}: {step}"
+        );
+    }
+}
+
+#[test]
+fn author_steps_are_jailed_and_org_steps_and_helpers_are_not() {
+    let set = policies(HERMETIC);
+    let object = taskrun(json!([
+        {"name": "build", "image": "go", "env": [{"name": "TEKTON_RESOURCE_NAME", "value": "x"}, {"name": "TEKTON_HERMETIC", "value": "0"}]},
+        {"name": "test", "image": "go", "envFrom": [{"configMapRef": {"name": "undo"}}]},
+        {"image": "go", "script": "unnamed"}
+    ]));
+    let admitted = assert_converges(&set, &object);
+    assert_jailed(&admitted, "bookend-");
+    // The author's entries stay where they were; the jail's come last.
+    let build = &steps_of(&admitted)[names(&admitted).iter().position(|n| n == "build").unwrap()];
+    assert_eq!(env_of(build).len(), 4);
+    assert_eq!(env_of(build)[0]["value"], "x");
+}
+
+#[test]
+fn the_step_template_is_written_in_before_the_jail() {
+    let set = policies(HERMETIC);
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    object["spec"]["taskSpec"]["stepTemplate"] = json!({"env": [{"name": "TEKTON_RESOURCE_NAME", "value": "from-template"}, {"name": "TEKTON_HERMETIC", "value": "0"}]});
+    let admitted = assert_converges(&set, &object);
+    assert_jailed(&admitted, "bookend-");
+    assert!(admitted["spec"]["taskSpec"].get("stepTemplate").is_none());
+}
+
+#[test]
+fn without_the_field_nothing_is_jailed() {
+    let set =
+        policies(&HERMETIC.replace("userSteps: {network: None}", "userSteps: {network: Pod}"));
+    let admitted = assert_converges(&set, &build_taskrun());
+    for step in steps_of(&admitted) {
+        assert!(!effectively_jailed(env_of(step)), "{step}");
+    }
+}
+
+#[test]
+fn the_strict_policy_wins() {
+    let set = policies(&format!("{HERMETIC}---\n{NOTIFY}"));
+    let admitted = assert_converges(&set, &build_taskrun());
+    assert_jailed(&admitted, "bookend-");
+    assert!(names(&admitted).contains(&"bookend-notify".to_owned()));
+}
+
+#[test]
+fn what_would_undo_the_jail_or_run_outside_it_is_refused_naming_the_field() {
+    let set = policies(HERMETIC);
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut o = build_taskrun();
+        f(&mut o);
+        o
+    };
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            taskrun(json!([{"name": "clone", "ref": {"name": "git-clone"}}])),
+            "spec.taskSpec.steps[0].ref",
+        ),
+        (
+            with(&|o| {
+                o["spec"]["taskSpec"]["sidecars"] = json!([{"name": "proxy", "image": "squid"}])
+            }),
+            "spec.taskSpec.sidecars",
+        ),
+        (
+            with(&|o| {
+                o["spec"]["taskSpec"]["volumes"] =
+                    json!([{"name": "sock", "hostPath": {"path": "/run/docker.sock"}}])
+            }),
+            "spec.taskSpec.volumes[0].hostPath",
+        ),
+        (
+            with(&|o| {
+                o["spec"]["podTemplate"] =
+                    json!({"volumes": [{"name": "sock", "hostPath": {"path": "/run"}}]})
+            }),
+            "spec.podTemplate.volumes[0].hostPath",
+        ),
+        (
+            with(&|o| {
+                o["spec"]["taskSpec"]["steps"][0]["lifecycle"] =
+                    json!({"postStart": {"exec": {"command": ["curl", "x"]}}})
+            }),
+            "spec.taskSpec.steps[0].lifecycle",
+        ),
+        (
+            with(&|o| {
+                o["spec"]["taskSpec"]["stepTemplate"] =
+                    json!({"readinessProbe": {"exec": {"command": ["curl", "x"]}}})
+            }),
+            "spec.taskSpec.stepTemplate.readinessProbe",
+        ),
+    ];
+    for (object, field) in cases {
+        let m = denied(&set, &object, field);
+        assert!(m.contains("userSteps.network: None"), "{m}");
+    }
+}
+
+#[test]
+fn pod_template_env_for_the_jails_variables_is_refused_the_platforms_too() {
+    let set = policies(HERMETIC);
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "config-defaults", "namespace": "tekton-pipelines"},
+            "data": {"default-pod-template": "env:\n- {name: TEKTON_RESOURCE_NAME, value: x}\n"}})],
+        "tekton-pipelines",
+    );
+    // Even a TaskRun without a podTemplate: Tekton merges the platform's into every Pod.
+    denied_with(&set, &build_taskrun(), &catalog, "default-pod-template");
+    // The TaskRun restating the platform's entry: refused by name.
+    let mut object = build_taskrun();
+    object["spec"]["podTemplate"] =
+        json!({"env": [{"name": "TEKTON_RESOURCE_NAME", "value": "x"}]});
+    denied_with(&set, &object, &catalog, "spec.podTemplate.env[0]");
+}
+
+#[test]
+fn task_refs_are_jailed_when_inlined_and_refused_when_skipped() {
+    let set = policies(HERMETIC);
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "build", "image": "go"}]}});
+    let mut catalog = Catalog::default();
+    catalog.add_objects(&[task], "team-a");
+    let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "r", "namespace": "team-a"},
+        "spec": {"taskRef": {"name": "build"}}});
+    let d = run_with(&set, &object, &catalog);
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    assert_jailed(&d.object, "bookend-");
+    let skip = policies(&HERMETIC.replace(
+        "postStepsRun: Always",
+        "postStepsRun: Always\n  taskRef: Skip",
+    ));
+    denied_with(&skip, &object, &catalog, "taskRef: Inline");
+}
+
+#[test]
+fn remote_tasks_are_jailed_at_the_dry_run_or_refused() {
+    let set = policies(HERMETIC);
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "3f1c", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "build", "image": "go"}, {"name": "t", "image": "go", "env": [{"name": "TEKTON_RESOURCE_NAME", "value": "x"}]}]}});
+    let d = decide_resolved_task(
+        Request {
+            dry_run: true,
+            ..request(&task)
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    for step in d.object["spec"]["steps"].as_array().unwrap() {
+        let name = step["name"].as_str().unwrap();
+        assert_eq!(
+            effectively_jailed(env_of(step)),
+            !name.starts_with("bookend-"),
+            "{name}"
+        );
+    }
+    // A policy whose criteria read the TaskRun cannot reach the resolved Task: refused.
+    let labelled = policies(&HERMETIC.replace(
+        "postStepsRun: Always",
+        "postStepsRun: Always\n  match: {selector: {matchLabels: {team: a}}}",
+    ));
+    let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "r", "namespace": "team-a", "labels": {"team": "a"}},
+        "spec": {"taskRef": {"resolver": "git", "params": []}}});
+    denied(&labelled, &object, "userSteps.network: None");
+    // A namespace-level one: its podTemplate is checked at the TaskRun.
+    object["spec"]["podTemplate"] = json!({"env": [{"name": "TEKTON_HERMETIC", "value": "0"}]});
+    denied(&set, &object, "spec.podTemplate.env[0]");
+}
+
+#[test]
+fn v1beta1_steps_are_jailed_too() {
+    let set = policies(HERMETIC);
+    let mut object = build_taskrun();
+    object["apiVersion"] = json!("tekton.dev/v1beta1");
+    let admitted = assert_converges(&set, &object);
+    assert_jailed(&admitted, "bookend-");
+}
