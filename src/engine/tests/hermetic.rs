@@ -328,3 +328,64 @@ fn a_pod_template_that_can_leave_linux_is_refused_the_platforms_too() {
     object["spec"]["podTemplate"] = json!({"nodeSelector": {"kubernetes.io/os": "windows"}});
     assert_ne!(run(&pod, &object).outcome, Outcome::Denied);
 }
+
+#[test]
+fn a_pipeline_runs_task_run_template_and_specs_reach_the_task_runs_and_are_refused() {
+    let set = policies(HERMETIC);
+    let pipeline_run: Value = serde_yaml_ng::from_str(
+        r#"
+apiVersion: tekton.dev/v1
+kind: PipelineRun
+metadata: {name: p, namespace: team-a}
+spec:
+  taskRunTemplate: {podTemplate: {nodeSelector: {kubernetes.io/os: windows}}}
+  taskRunSpecs:
+    - pipelineTaskName: two
+      podTemplate:
+        nodeSelector: {kubernetes.io/os: linux}
+        affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [windows]}]}]}}}
+    - pipelineTaskName: three
+      podTemplate: {nodeSelector: {kubernetes.io/os: linux}}
+  workspaces: [{name: shared, csi: {driver: s3.csi.example}}]
+  pipelineSpec:
+    workspaces: [{name: shared}]
+    tasks:
+      - {name: one, taskSpec: {steps: [{name: build, image: go}]}}
+      - {name: two, taskSpec: {steps: [{name: build, image: go}]}}
+      - name: three
+        workspaces: [{name: src, workspace: shared}]
+        taskSpec: {workspaces: [{name: src}], steps: [{name: build, image: go}]}
+"#,
+    )
+    .unwrap();
+    let preview = crate::tekton::pipeline::preview(&pipeline_run, "team-a", &|_, _| None).unwrap();
+    let fields: Vec<String> = preview
+        .children
+        .iter()
+        .filter_map(|c| match &c.run {
+            crate::tekton::pipeline::Run::TaskRun(t) => Some(t),
+            crate::tekton::pipeline::Run::Other(_) => None,
+        })
+        .map(|taskrun| {
+            let d = run(&set, taskrun);
+            assert_eq!(d.outcome, Outcome::Denied, "{taskrun}");
+            d.message.unwrap()
+        })
+        .collect();
+    assert_eq!(fields.len(), 3);
+    assert!(
+        fields[0].contains("spec.podTemplate.nodeSelector[\"kubernetes.io/os\"]"),
+        "{}",
+        fields[0]
+    );
+    assert!(
+        fields[1].contains("spec.podTemplate.affinity.nodeAffinity"),
+        "{}",
+        fields[1]
+    );
+    assert!(
+        fields[2].contains("spec.workspaces[0].csi"),
+        "{}",
+        fields[2]
+    );
+}
