@@ -8,8 +8,10 @@
 //! name, and `env` over `envFrom`, so nothing the author wrote earlier undoes them. What Tekton
 //! appends after them (podTemplate env) and what runs outside the entrypoint's namespaces
 //! (sidecars, lifecycle hooks, probes, a hostPath socket, a StepAction step that cannot carry
-//! env) is refused while such a policy applies. The Pod backstop checks the result where the
-//! steps run ([`check_pod`]).
+//! env) is refused while such a policy applies, and so is what the jail does not cover: a node
+//! that is not Linux (Tekton's Windows entrypoint ignores `TEKTON_HERMETIC`), and a volume the
+//! kubelet mounts over the network (nfs, csi, …) from the host's network namespace. The Pod
+//! backstop checks the result where the steps run ([`check_pod`]).
 
 use serde_json::{Value, json};
 
@@ -33,6 +35,33 @@ const OUTSIDE_THE_ENTRYPOINT: &[&str] = &[
 /// The sidecar Tekton itself adds to read results from the sidecar logs (`results-from:
 /// sidecar-logs`); it reads files, and is Tekton's.
 const TEKTON_RESULTS_SIDECAR: &str = "sidecar-tekton-log-results";
+
+/// Tekton's own init containers (`pkg/pod`: prepare, place-scripts, working-dir-initializer):
+/// they copy Tekton's binaries and the scripts before any step starts.
+const TEKTON_INIT_CONTAINERS: &[&str] = &["prepare", "place-scripts", "working-dir-initializer"];
+
+/// Volume sources the kubelet fills from the API server or the node's own disk, or that are
+/// the platform's storage (a PersistentVolumeClaim's StorageClass, an ephemeral volume's
+/// claim): nothing in them reaches a network from inside the jail. Every other source (nfs,
+/// csi, iscsi, cephfs, glusterfs, rbd, flexVolume, azureFile, …) is mounted by the kubelet in
+/// the host's network namespace, and a step could reach the network through it.
+pub const LOCAL_VOLUME_SOURCES: &[&str] = &[
+    "emptyDir",
+    "configMap",
+    "secret",
+    "downwardAPI",
+    "projected",
+    "persistentVolumeClaim",
+    "ephemeral",
+];
+
+/// The node labels that name its operating system (the beta one is deprecated but still read
+/// by the scheduler where nodes carry it).
+const OS_LABELS: &[&str] = &["kubernetes.io/os", "beta.kubernetes.io/os"];
+
+/// Why only Linux: Tekton's entrypoint reads `TEKTON_HERMETIC` only in its Linux build
+/// (`cmd/entrypoint/runner.go` is `//go:build !windows`).
+const ONLY_LINUX: &str = "Tekton's entrypoint drops a step's network only on Linux (on Windows it ignores TEKTON_HERMETIC), so a step on another node would keep the network";
 
 /// The first applied policy that requires hermetic user steps: one is enough (the strictest
 /// wins).
@@ -176,7 +205,12 @@ pub fn check(
             ),
         ));
     }
-    check_host_paths(Some(task_spec), "spec.taskSpec.volumes", policy)?;
+    check_volumes(
+        list(task_spec.get("volumes")),
+        "spec.taskSpec.volumes",
+        &[],
+        policy,
+    )?;
     check_run(run_spec, platform, policy)
 }
 
@@ -187,24 +221,130 @@ fn why(policy: &Policy, what: &str) -> String {
     )
 }
 
-fn check_host_paths(holder: Option<&Value>, at: &str, policy: &Policy) -> Result<(), Denial> {
-    {
-        for (i, volume) in list(holder.and_then(|h| h.get("volumes")))
-            .iter()
-            .enumerate()
+/// The first volume source of `volume` (a Volume, or a workspace binding when `extra` holds
+/// `volumeClaimTemplate`) that is not a local one; `name` and `subPath` are not sources.
+fn remote_source<'v>(volume: &'v Value, extra: &[&str]) -> Option<&'v str> {
+    volume.as_object()?.iter().find_map(|(key, value)| {
+        let local = matches!(key.as_str(), "name" | "subPath")
+            || LOCAL_VOLUME_SOURCES.contains(&key.as_str())
+            || extra.contains(&key.as_str());
+        (!local && !value.is_null()).then_some(key.as_str())
+    })
+}
+
+fn allowed_sources(extra: &[&str]) -> String {
+    LOCAL_VOLUME_SOURCES
+        .iter()
+        .chain(extra)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The author's volumes or workspace bindings (`volumes`, at `at`; `extra` the sources a
+/// binding adds): local sources only.
+fn check_volumes(
+    volumes: &[Value],
+    at: &str,
+    extra: &[&str],
+    policy: &Policy,
+) -> Result<(), Denial> {
+    for (i, volume) in volumes.iter().enumerate() {
+        let Some(source) = remote_source(volume, extra) else {
+            continue;
+        };
+        let what = if source == "hostPath" {
+            format!(
+                "a directory of the node can hold a socket to a networked service (a container runtime's, a proxy's); use one of {}",
+                allowed_sources(extra)
+            )
+        } else {
+            format!(
+                "the kubelet mounts a {source} volume from the node's network namespace (a network filesystem's server, a storage driver), so a step could reach the network through it; use one of {} (a PersistentVolumeClaim's storage is the platform's StorageClass)",
+                allowed_sources(extra)
+            )
+        };
+        return Err(Denial::field(
+            format!("{at}[{i}].{source}"),
+            why(policy, &what),
+        ));
+    }
+    Ok(())
+}
+
+/// Where `template` (a podTemplate, or a Pod's spec) lets the scheduler put the Pod on a node
+/// that is not Linux: `Some((field, value))` with the field under `template`. A nodeSelector OS
+/// label must say `linux`; a node affinity expression naming an OS label (required or
+/// preferred) must be `In` with only `linux`.
+fn non_linux(template: &Value) -> Option<(String, String)> {
+    for label in OS_LABELS {
+        if let Some(os) = template.pointer(&format!("/nodeSelector/{}", label.replace('/', "~1")))
+            && os.as_str() != Some("linux")
         {
-            if volume.get("hostPath").is_some_and(|v| !v.is_null()) {
-                return Err(Denial::field(
-                    format!("{at}[{i}].hostPath"),
-                    why(
-                        policy,
-                        "a directory of the node can hold a socket to a networked service (a container runtime's, a proxy's); use an emptyDir, configMap, secret or a workspace",
-                    ),
+            return Some((format!("nodeSelector[\"{label}\"]"), os.to_string()));
+        }
+    }
+    let node_affinity = template.pointer("/affinity/nodeAffinity");
+    let required = list(node_affinity.and_then(|a| {
+        a.pointer("/requiredDuringSchedulingIgnoredDuringExecution/nodeSelectorTerms")
+    }))
+    .iter()
+    .enumerate()
+    .map(|(j, term)| {
+        (
+            format!(
+                "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{j}]"
+            ),
+            term,
+        )
+    });
+    let preferred = list(
+        node_affinity.and_then(|a| a.get("preferredDuringSchedulingIgnoredDuringExecution")),
+    )
+    .iter()
+    .enumerate()
+    .filter_map(|(j, p)| {
+        Some((
+            format!(
+                "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{j}].preference"
+            ),
+            p.get("preference")?,
+        ))
+    });
+    for (at, term) in required.chain(preferred) {
+        for (k, expression) in list(term.get("matchExpressions")).iter().enumerate() {
+            let key = expression.get("key").and_then(Value::as_str).unwrap_or("");
+            if !OS_LABELS.contains(&key) {
+                continue;
+            }
+            let values = list(expression.get("values"));
+            let only_linux = expression.get("operator").and_then(Value::as_str) == Some("In")
+                && !values.is_empty()
+                && values.iter().all(|v| v.as_str() == Some("linux"));
+            if !only_linux {
+                return Some((
+                    format!("{at}.matchExpressions[{k}]"),
+                    expression.to_string(),
                 ));
             }
         }
     }
-    Ok(())
+    None
+}
+
+fn check_linux(template: Option<&Value>, at: &str, policy: &Policy) -> Result<(), Denial> {
+    match template.and_then(non_linux) {
+        None => Ok(()),
+        Some((field, value)) => Err(Denial::field(
+            format!("{at}.{field}"),
+            why(
+                policy,
+                &format!(
+                    "{ONLY_LINUX} ({value} can select a node that is not Linux); select only kubernetes.io/os: linux, or remove it"
+                ),
+            ),
+        )),
+    }
 }
 
 /// The TaskRun's fields outside its taskSpec (its podTemplate) and Tekton's
@@ -215,9 +355,26 @@ pub fn check_run(
     platform: Option<&Value>,
     policy: &Policy,
 ) -> Result<(), Denial> {
-    check_host_paths(
-        run_spec.and_then(|s| s.get("podTemplate")),
+    let pod_template = run_spec.and_then(|s| s.get("podTemplate"));
+    check_volumes(
+        list(pod_template.and_then(|t| t.get("volumes"))),
         "spec.podTemplate.volumes",
+        &[],
+        policy,
+    )?;
+    // Tekton makes each binding a Pod volume; it creates a volumeClaimTemplate's claim itself.
+    check_volumes(
+        list(run_spec.and_then(|s| s.get("workspaces"))),
+        "spec.workspaces",
+        &["volumeClaimTemplate"],
+        policy,
+    )?;
+    // Tekton builds a Windows Pod when the TaskRun's nodeSelector says so (`usesWindows`), and
+    // the scheduler places the Pod by the merged podTemplate: neither may leave Linux.
+    check_linux(pod_template, "spec.podTemplate", policy)?;
+    check_linux(
+        platform,
+        "Tekton's default-pod-template (ConfigMap config-defaults)",
         policy,
     )?;
     // Tekton appends podTemplate env to every step after the step's own: it would come after
@@ -257,20 +414,59 @@ fn tekton_name(step: &Value) -> String {
         .unwrap_or_default()
 }
 
-/// The Pod backstop for a TaskRun under a policy that requires hermetic user steps: every step
-/// container that is not bookend's (`step-<prefix>…`, whose content the other checks pin to
-/// the policies) must be jailed by its effective env and run nothing outside the entrypoint;
-/// bookend's must not be; no sidecar but Tekton's own; no hostPath volume mounted by the
-/// author's containers. `Err` says what is wrong, for the denial.
+/// The Pod backstop for a TaskRun under a policy that requires hermetic user steps: the Pod
+/// runs on Linux (where Tekton's entrypoint jails); every step container that is not
+/// bookend's (`step-<prefix>…`, whose content the other checks pin to the policies) must be
+/// jailed by its effective env and run nothing outside the entrypoint; bookend's must not be;
+/// no sidecar but Tekton's own, in `containers` or as a native sidecar (an init container with
+/// `restartPolicy: Always`), and no init container but Tekton's; the author's step containers
+/// mount only local volumes (bookend's and Tekton's internal ones are the other checks').
+/// `Err` says what is wrong, for the denial.
 pub fn check_pod(pod: &Value, prefix: &str) -> Result<(), String> {
+    let spec = pod.get("spec").unwrap_or(&Value::Null);
+    if let Some(os) = spec.pointer("/os/name")
+        && os.as_str() != Some("linux")
+    {
+        return Err(format!("spec.os.name is {os}: {ONLY_LINUX}"));
+    }
+    if let Some((field, value)) = non_linux(spec) {
+        return Err(format!(
+            "spec.{field} ({value}) can select a node that is not Linux: {ONLY_LINUX}"
+        ));
+    }
+    for container in list(spec.get("initContainers")) {
+        let name = name_of(container);
+        let native_sidecar =
+            container.get("restartPolicy").and_then(Value::as_str) == Some("Always");
+        if name == TEKTON_RESULTS_SIDECAR && native_sidecar {
+            continue;
+        }
+        if native_sidecar {
+            return Err(format!(
+                "init container {name} is a sidecar (restartPolicy: Always, Tekton's enable-kubernetes-sidecar): the TaskRun's steps run without network (userSteps.network: None), and a sidecar shares the Pod's network with them"
+            ));
+        }
+        if !TEKTON_INIT_CONTAINERS.contains(&name) {
+            return Err(format!(
+                "init container {name} is not one of Tekton's ({}): it would run with the Pod's network before the steps",
+                TEKTON_INIT_CONTAINERS.join(", ")
+            ));
+        }
+    }
     let ours = format!("step-{prefix}");
-    let containers = list(pod.pointer("/spec/containers"));
-    let host_paths: Vec<&str> = list(pod.pointer("/spec/volumes"))
-        .iter()
-        .filter(|v| v.get("hostPath").is_some_and(|h| !h.is_null()))
-        .map(name_of)
-        .collect();
-    for container in containers {
+    let volumes = list(spec.get("volumes"));
+    // The author's containers never mount bookend's volumes (`check_author_mounts`), and
+    // Tekton's internal ones are emptyDirs and downward API files.
+    let remote = |volume: &str| {
+        if volume.starts_with(prefix) || volume.starts_with("tekton-internal-") {
+            return None;
+        }
+        volumes
+            .iter()
+            .find(|v| name_of(v) == volume)
+            .and_then(|v| remote_source(v, &[]))
+    };
+    for container in list(spec.get("containers")) {
         let name = name_of(container);
         let env = list(container.get("env"));
         if name.starts_with(&ours) {
@@ -301,14 +497,22 @@ pub fn check_pod(pod: &Value, prefix: &str) -> Result<(), String> {
                 ));
             }
         }
-        if let Some(mount) = list(container.get("volumeMounts"))
-            .iter()
-            .find(|m| host_paths.contains(&name_of(m)))
-        {
-            return Err(format!(
-                "container {name}, one of the TaskRun's own steps, mounts hostPath volume {}, which can hold a socket to a networked service",
-                name_of(mount)
-            ));
+        for mount in list(container.get("volumeMounts")) {
+            let volume = name_of(mount);
+            match remote(volume) {
+                Some("hostPath") => {
+                    return Err(format!(
+                        "container {name}, one of the TaskRun's own steps, mounts hostPath volume {volume}, which can hold a socket to a networked service"
+                    ));
+                }
+                Some(source) => {
+                    return Err(format!(
+                        "container {name}, one of the TaskRun's own steps, mounts volume {volume} ({source}), which the kubelet mounts from the node's network namespace; only {} volumes",
+                        LOCAL_VOLUME_SOURCES.join(", ")
+                    ));
+                }
+                None => {}
+            }
         }
     }
     Ok(())
@@ -419,5 +623,200 @@ mod tests {
         let hooked = json!({"name": "step-hook", "env": jailed.clone(),
             "lifecycle": {"postStart": {"exec": {"command": ["curl", "x"]}}}});
         assert!(check_pod(&pod(&jailed, &json!([]), hooked), "bookend-").is_err());
+    }
+
+    /// The remote volume sources of Kubernetes' VolumeSource (all but the local ones).
+    pub(crate) const REMOTE_SOURCES: &[&str] = &[
+        "nfs",
+        "csi",
+        "iscsi",
+        "cephfs",
+        "glusterfs",
+        "rbd",
+        "flexVolume",
+        "azureFile",
+        "azureDisk",
+        "fc",
+        "flocker",
+        "quobyte",
+        "portworxVolume",
+        "scaleIO",
+        "storageos",
+        "vsphereVolume",
+        "photonPersistentDisk",
+        "awsElasticBlockStore",
+        "gcePersistentDisk",
+        "gitRepo",
+        "image",
+        "hostPath",
+    ];
+
+    #[test]
+    fn only_local_volume_sources_pass() {
+        for local in LOCAL_VOLUME_SOURCES {
+            let volume = json!({"name": "v", local.to_string(): {}});
+            assert_eq!(remote_source(&volume, &[]), None, "{local}");
+        }
+        for remote in REMOTE_SOURCES {
+            let volume = json!({"name": "v", remote.to_string(): {"server": "nfs.example"}});
+            assert_eq!(remote_source(&volume, &[]), Some(*remote));
+        }
+        // A binding: volumeClaimTemplate and subPath are its own; csi is not local there either.
+        let binding = json!({"name": "src", "subPath": "x", "volumeClaimTemplate": {"spec": {}}});
+        assert_eq!(remote_source(&binding, &["volumeClaimTemplate"]), None);
+        let csi = json!({"name": "src", "csi": {"driver": "x"}});
+        assert_eq!(remote_source(&csi, &["volumeClaimTemplate"]), Some("csi"));
+        // A null source is no source.
+        assert_eq!(
+            remote_source(&json!({"name": "v", "nfs": null, "emptyDir": {}}), &[]),
+            None
+        );
+    }
+
+    #[test]
+    fn a_template_that_can_leave_linux_is_named() {
+        let linux = [
+            json!({}),
+            json!({"nodeSelector": {"kubernetes.io/os": "linux", "pool": "win"}}),
+            json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+                {"matchExpressions": [{"key": "pool", "operator": "In", "values": ["a"]}]}]}}}}),
+        ];
+        for template in linux {
+            assert_eq!(non_linux(&template), None, "{template}");
+        }
+        let not_linux = [
+            (
+                json!({"nodeSelector": {"kubernetes.io/os": "windows"}}),
+                "nodeSelector[\"kubernetes.io/os\"]",
+            ),
+            (
+                json!({"nodeSelector": {"beta.kubernetes.io/os": "windows"}}),
+                "nodeSelector[\"beta.kubernetes.io/os\"]",
+            ),
+            (
+                json!({"nodeSelector": {"kubernetes.io/os": ""}}),
+                "nodeSelector",
+            ),
+            (
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]}]},
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["linux", "windows"]}]}]}}}}),
+                "nodeSelectorTerms[1].matchExpressions[0]",
+            ),
+            (
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "NotIn", "values": ["linux"]}]}]}}}}),
+                "nodeSelectorTerms[0].matchExpressions[0]",
+            ),
+            (
+                json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "Exists"}]}]}}}}),
+                "matchExpressions[0]",
+            ),
+            (
+                json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                {"weight": 1, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}]}}}),
+                "preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[0]",
+            ),
+        ];
+        for (template, field) in not_linux {
+            let (at, _) = non_linux(&template).unwrap_or_else(|| panic!("{template}"));
+            assert!(at.contains(field), "{at} for {template}");
+        }
+    }
+
+    #[test]
+    fn the_pod_check_wants_linux_local_volumes_and_tektons_init_containers_only() {
+        let jailed = json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME", "value": ""}]);
+        let base = json!({"spec": {
+            "initContainers": [{"name": "prepare"}, {"name": "place-scripts"}],
+            "containers": [{"name": "step-bookend-fetch"},
+                {"name": "step-build", "env": jailed, "volumeMounts": [
+                    {"name": "ws-abc", "mountPath": "/workspace/src"},
+                    {"name": "tekton-internal-workspace", "mountPath": "/workspace"}]}],
+            "volumes": [{"name": "ws-abc", "persistentVolumeClaim": {"claimName": "c"}},
+                {"name": "tekton-internal-workspace", "emptyDir": {}},
+                {"name": "bookend-store", "csi": {"driver": "secrets-store.csi.k8s.io"}}]}});
+        assert_eq!(check_pod(&base, "bookend-"), Ok(()));
+        let with = |f: &dyn Fn(&mut Value)| {
+            let mut pod = base.clone();
+            f(&mut pod);
+            check_pod(&pod, "bookend-")
+        };
+        // Tekton's results sidecar as a native sidecar is Tekton's.
+        assert_eq!(
+            with(&|p| p["spec"]["initContainers"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "sidecar-tekton-log-results", "restartPolicy": "Always"}))),
+            Ok(())
+        );
+        type Change<'c> = &'c dyn Fn(&mut Value);
+        let refused: Vec<(Change, &str)> = vec![
+            (
+                &|p| p["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "windows"}),
+                "nodeSelector",
+            ),
+            (
+                &|p| p["spec"]["os"] = json!({"name": "windows"}),
+                "spec.os.name",
+            ),
+            (
+                &|p| {
+                    p["spec"]["affinity"] = json!({"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}]}}})
+                },
+                "nodeAffinity",
+            ),
+            (
+                &|p| {
+                    p["spec"]["initContainers"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "sidecar-proxy", "restartPolicy": "Always"}))
+                },
+                "sidecar-proxy",
+            ),
+            (
+                &|p| {
+                    p["spec"]["initContainers"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "prepare", "restartPolicy": "Always"}))
+                },
+                "restartPolicy: Always",
+            ),
+            (
+                &|p| {
+                    p["spec"]["initContainers"]
+                        .as_array_mut()
+                        .unwrap()
+                        .push(json!({"name": "fetch"}))
+                },
+                "fetch",
+            ),
+            (
+                &|p| p["spec"]["volumes"][0] = json!({"name": "ws-abc", "csi": {"driver": "x"}}),
+                "(csi)",
+            ),
+            (
+                &|p| {
+                    p["spec"]["volumes"][0] =
+                        json!({"name": "ws-abc", "nfs": {"server": "s", "path": "/"}})
+                },
+                "(nfs)",
+            ),
+        ];
+        for (tamper, what) in refused {
+            let e = with(tamper).unwrap_err();
+            assert!(e.contains(what), "{what}: {e}");
+        }
+        // An org container may mount the policy's own volume, whatever its source.
+        assert_eq!(
+            with(&|p| p["spec"]["containers"][0]["volumeMounts"] =
+                json!([{"name": "bookend-store", "mountPath": "/s"}])),
+            Ok(())
+        );
     }
 }

@@ -253,6 +253,18 @@ fn run_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
             ),
             ("podTemplate", json!({"nodeSelector": {"a": "b"}})),
             (
+                "podTemplate",
+                json!({"nodeSelector": {"kubernetes.io/os": "windows"}, "tolerations": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]}),
+            ),
+            (
+                "podTemplate",
+                json!({"volumes": [{"name": "w", "nfs": {"server": "nfs.example", "path": "/"}}]}),
+            ),
+            (
+                "workspaces",
+                json!([{"name": "src", "csi": {"driver": "s3.csi.example"}}]),
+            ),
+            (
                 "debug",
                 json!({"breakpoints": {"beforeSteps": ["bookend-sbom"]}}),
             ),
@@ -340,6 +352,64 @@ fn volumes() -> impl Strategy<Value = Option<Value>> {
         Just(json!([{"name": "bookend-creds-vol", "hostPath": {"path": "/"}}])),
         Just(json!([{"name": "bookend-other", "emptyDir": {}}])),
         Just(json!([{"name": "sock", "hostPath": {"path": "/var/run/docker.sock"}}])),
+        Just(json!([{"name": "cache", "nfs": {"server": "nfs.example", "path": "/"}}])),
+        Just(json!([{"name": "cache", "csi": {"driver": "s3.csi.example"}}])),
+    ])
+}
+
+/// Where a Pod may be scheduled: nowhere said, Linux said every way, and every way of saying
+/// (or allowing) Windows (I8: Tekton's Windows entrypoint ignores TEKTON_HERMETIC).
+fn node_choice() -> impl Strategy<Value = Value> {
+    let terms = |expressions: Value| json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}}});
+    let os = |operator: &str, values: Value| json!([{"key": "kubernetes.io/os", "operator": operator, "values": values}]);
+    prop_oneof![
+        Just(json!({})),
+        Just(json!({"nodeSelector": {"kubernetes.io/os": "linux"}})),
+        Just(json!({"nodeSelector": {"kubernetes.io/os": "windows"}})),
+        Just(json!({"nodeSelector": {"beta.kubernetes.io/os": "windows"}})),
+        Just(json!({"nodeSelector": {"kubernetes.io/os": "Windows"}})),
+        Just(
+            json!({"tolerations": [{"key": "os", "operator": "Equal", "value": "windows", "effect": "NoSchedule"}]})
+        ),
+        Just(terms(os("In", json!(["linux"])))),
+        Just(terms(os("In", json!(["windows"])))),
+        Just(terms(os("In", json!(["linux", "windows"])))),
+        Just(terms(os("NotIn", json!(["linux"])))),
+        Just(terms(
+            json!([{"key": "kubernetes.io/os", "operator": "Exists"}])
+        )),
+        Just(terms(
+            json!([{"key": "pool", "operator": "In", "values": ["build"]}])
+        )),
+        Just(
+            json!({"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 100, "preference": {"matchExpressions": [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]}}]}}})
+        ),
+    ]
+}
+
+/// A volume source: local ones, and each the kubelet mounts over the network or from the node.
+fn volume_source() -> impl Strategy<Value = (&'static str, Value)> {
+    prop::sample::select(vec![
+        ("emptyDir", json!({})),
+        ("configMap", json!({"name": "c"})),
+        ("secret", json!({"secretName": "s"})),
+        ("projected", json!({"sources": []})),
+        ("downwardAPI", json!({"items": []})),
+        ("persistentVolumeClaim", json!({"claimName": "p"})),
+        ("ephemeral", json!({"volumeClaimTemplate": {"spec": {}}})),
+        ("nfs", json!({"server": "nfs.example", "path": "/"})),
+        ("csi", json!({"driver": "s3.csi.example"})),
+        (
+            "iscsi",
+            json!({"targetPortal": "10.0.0.1:3260", "iqn": "iqn.x", "lun": 0}),
+        ),
+        ("cephfs", json!({"monitors": ["10.0.0.1:6789"]})),
+        ("glusterfs", json!({"endpoints": "g", "path": "v"})),
+        ("rbd", json!({"monitors": ["10.0.0.1"], "image": "i"})),
+        ("flexVolume", json!({"driver": "x/y"})),
+        ("azureFile", json!({"secretName": "s", "shareName": "x"})),
+        ("hostPath", json!({"path": "/run"})),
     ])
 }
 
@@ -553,5 +623,135 @@ fn no_env_trick_gives_an_authors_step_the_network() {
     assert!(
         admitted.get() > 0,
         "the generator reaches admitted TaskRuns"
+    );
+}
+
+/// I8 over where the Pod runs and what it mounts: TaskRuns in `sealed-net` with plain steps,
+/// inline or through a remote Task, whose podTemplate picks nodes every way (Windows included)
+/// and whose Task volumes, podTemplate volumes and workspace bindings take every source.
+#[test]
+fn no_node_or_volume_choice_gives_an_authors_step_the_network() {
+    let (set, catalog) = (policies(), catalog());
+    let config = Config {
+        cases: cases() / 3,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let place = prop::sample::select(vec!["task", "podTemplate", "workspace"]);
+    let admitted = std::cell::Cell::new(0usize);
+    let refused = std::cell::Cell::new(0usize);
+    proptest!(config, |(node in node_choice(), volumes in prop::collection::vec((place, volume_source()), 0..3), remote in any::<bool>())| {
+        let mut spec = json!({"podTemplate": node});
+        let mut task_spec = json!({"steps": [{"name": "build", "image": "golang", "script": "go build"}]});
+        for (i, (place, (kind, source))) in volumes.into_iter().enumerate() {
+            let entry = json!({"name": format!("v{i}"), kind: source});
+            let list = match place {
+                "task" => &mut task_spec["volumes"],
+                "podTemplate" => &mut spec["podTemplate"]["volumes"],
+                _ if kind == "ephemeral" => continue,
+                _ => &mut spec["workspaces"],
+            };
+            if list.is_null() {
+                *list = json!([]);
+            }
+            list.as_array_mut().unwrap().push(entry);
+        }
+        if remote {
+            spec["taskRef"] = json!({"resolver": "git", "params": [{"name": "url", "value": "x"}]});
+        } else {
+            spec["taskSpec"] = task_spec;
+        }
+        let taskrun = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"generateName": "node-", "namespace": "sealed-net"}, "spec": spec});
+        let d = decide(&taskrun, "sealed-net", &set, &catalog);
+        let counter = if d.outcome == bookend::engine::Outcome::Denied { &refused } else { &admitted };
+        counter.set(counter.get() + 1);
+        if let Err(e) = oracle::check(&taskrun, "sealed-net", &set, &catalog, &d) {
+            prop_assert!(false, "{e}\ninput: {taskrun}\ndecision: {:?} {:?}", d.outcome, d.message);
+        }
+    });
+    assert!(
+        admitted.get() > 0 && refused.get() > 0,
+        "the generator reaches both answers: {} admitted, {} refused",
+        admitted.get(),
+        refused.get()
+    );
+}
+
+/// I8 at the Pod (the backstop, `engine::hermetic::check_pod`): Pods as Tekton builds them for
+/// a hermetic TaskRun, then changed the ways a Pod can be (Tekton's native sidecars, an author's
+/// init container, a Windows node, a remote volume mounted by an author's step, an org
+/// container jailed, an author's container not). Whatever the backstop lets through keeps
+/// every author container jailed and every org container networked.
+#[test]
+fn no_pod_the_backstop_admits_gives_an_authors_container_the_network() {
+    let config = Config {
+        cases: cases() / 3,
+        failure_persistence: None,
+        ..Config::default()
+    };
+    let jail = json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME", "value": ""}]);
+    let init = prop::sample::select(vec![
+        json!({"name": "prepare"}),
+        json!({"name": "place-scripts"}),
+        json!({"name": "working-dir-initializer"}),
+        json!({"name": "sidecar-tekton-log-results", "restartPolicy": "Always"}),
+        json!({"name": "sidecar-proxy", "restartPolicy": "Always", "image": "squid"}),
+        json!({"name": "prepare", "restartPolicy": "Always"}),
+        json!({"name": "fetch", "image": "curl"}),
+    ]);
+    let container = prop::sample::select(vec![
+        json!({"name": "step-build", "env": jail.clone(), "volumeMounts": [{"name": "v0", "mountPath": "/v"}]}),
+        json!({"name": "step-test", "env": jail.clone()}),
+        json!({"name": "step-open", "env": [{"name": "TEKTON_HERMETIC", "value": "1"}]}),
+        json!({"name": "step-bookend-fetch"}),
+        json!({"name": "step-bookend-fetch", "env": jail.clone()}),
+        json!({"name": "sidecar-proxy", "image": "squid"}),
+        json!({"name": "step-hook", "env": jail, "lifecycle": {"postStart": {"exec": {"command": ["curl", "x"]}}}}),
+    ]);
+    let admitted = std::cell::Cell::new(0usize);
+    proptest!(config, |(inits in prop::collection::vec(init, 0..4), containers in prop::collection::vec(container, 1..4),
+                        node in node_choice(), (kind, source) in volume_source(), os in prop::option::of(prop::sample::select(vec!["linux", "windows"])))| {
+        let mut spec = node;
+        spec["initContainers"] = json!(inits);
+        spec["containers"] = json!(containers);
+        spec["volumes"] = json!([{"name": "v0", kind: source}]);
+        if let Some(os) = os {
+            spec["os"] = json!({"name": os});
+        }
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "spec": spec});
+        if bookend::engine::hermetic::check_pod(&pod, "bookend-").is_err() {
+            return Ok(());
+        }
+        admitted.set(admitted.get() + 1);
+        let spec = &pod["spec"];
+        oracle::may_run_off_linux(spec).map_err(|e| TestCaseError::fail(format!("{e}: {pod}")))?;
+        for c in spec["initContainers"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or("");
+            prop_assert!(
+                ["prepare", "place-scripts", "working-dir-initializer"].contains(&name) && c.get("restartPolicy").is_none()
+                    || name == "sidecar-tekton-log-results",
+                "init container {c} beside hermetic steps: {pod}"
+            );
+        }
+        for c in spec["containers"].as_array().into_iter().flatten() {
+            let name = c["name"].as_str().unwrap_or("");
+            let env = c["env"].as_array().cloned().unwrap_or_default();
+            let last = |n: &str| env.iter().rev().find(|e| e["name"] == n).map(|e| e["value"].clone());
+            let jailed = last("TEKTON_HERMETIC") == Some(json!("1")) && last("TEKTON_RESOURCE_NAME") == Some(json!(""));
+            if name.starts_with("step-bookend-") {
+                prop_assert!(last("TEKTON_HERMETIC") != Some(json!("1")), "org container jailed: {pod}");
+                continue;
+            }
+            prop_assert!(name.starts_with("step-"), "sidecar {name} beside hermetic steps: {pod}");
+            prop_assert!(jailed && c.get("lifecycle").is_none(), "{name} keeps the network: {pod}");
+            if c["volumeMounts"].as_array().is_some_and(|m| !m.is_empty()) {
+                oracle::not_networked(&spec["volumes"][0], false).map_err(|e| TestCaseError::fail(format!("{e}: {pod}")))?;
+            }
+        }
+    });
+    assert!(
+        admitted.get() > 0,
+        "the generator reaches Pods the backstop admits"
     );
 }

@@ -689,6 +689,9 @@ fn check_hermetic(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Res
             return Err("a hostPath volume beside hermetic steps".into());
         }
     }
+    for volume in task_spec["volumes"].as_array().into_iter().flatten() {
+        not_networked(volume, false)?;
+    }
     check_pod_template_keeps_the_jail(admitted, applied)
 }
 
@@ -713,6 +716,81 @@ fn check_pod_template_keeps_the_jail(admitted: &Value, applied: &[&Policy]) -> R
         .any(|v| v.get("hostPath").is_some_and(|h| !h.is_null()))
     {
         return Err("a podTemplate hostPath volume beside hermetic steps".into());
+    }
+    for volume in pod_template["volumes"].as_array().into_iter().flatten() {
+        not_networked(volume, false)?;
+    }
+    for binding in admitted["spec"]["workspaces"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        not_networked(binding, true)?;
+    }
+    may_run_off_linux(pod_template)
+}
+
+/// A volume (or a workspace binding) whose source the kubelet mounts over the network, or
+/// from the node: an error naming it. Only the sources the kubelet fills from the API server
+/// or local disk, and the platform's claims, are fine.
+pub fn not_networked(volume: &Value, binding: bool) -> Result<(), String> {
+    const LOCAL: &[&str] = &[
+        "name",
+        "emptyDir",
+        "configMap",
+        "secret",
+        "downwardAPI",
+        "projected",
+        "persistentVolumeClaim",
+        "ephemeral",
+    ];
+    for (key, value) in volume.as_object().into_iter().flatten() {
+        let local = LOCAL.contains(&key.as_str())
+            || (binding && matches!(key.as_str(), "subPath" | "volumeClaimTemplate"));
+        if !local && !value.is_null() {
+            return Err(format!("a {key} volume beside hermetic steps: {volume}"));
+        }
+    }
+    Ok(())
+}
+
+/// A podTemplate or Pod spec that lets the scheduler pick a node that is not Linux (where
+/// Tekton's entrypoint ignores TEKTON_HERMETIC).
+pub fn may_run_off_linux(template: &Value) -> Result<(), String> {
+    for label in ["kubernetes.io/os", "beta.kubernetes.io/os"] {
+        if let Some(os) = template["nodeSelector"].get(label)
+            && os != "linux"
+        {
+            return Err(format!("nodeSelector {label}={os} beside hermetic steps"));
+        }
+        let affinity = &template["affinity"]["nodeAffinity"];
+        let required =
+            affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                .as_array()
+                .into_iter()
+                .flatten();
+        let preferred = affinity["preferredDuringSchedulingIgnoredDuringExecution"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| &p["preference"]);
+        for term in required.chain(preferred) {
+            for e in term["matchExpressions"].as_array().into_iter().flatten() {
+                if e["key"] == label
+                    && !(e["operator"] == "In"
+                        && e["values"]
+                            .as_array()
+                            .is_some_and(|v| !v.is_empty() && v.iter().all(|x| x == "linux")))
+                {
+                    return Err(format!("node affinity {e} beside hermetic steps"));
+                }
+            }
+        }
+    }
+    if let Some(os) = template.pointer("/os/name")
+        && os != "linux"
+    {
+        return Err(format!("os.name {os} beside hermetic steps"));
     }
     Ok(())
 }

@@ -110,7 +110,7 @@ pub fn check_pod(
         if let Some(policy) = hermetic::requiring(&policies) {
             hermetic::check_pod(pod, &set.settings().prefix).map_err(|e| Denial {
                 message: format!(
-                    "bookend: the Pod of TaskRun {namespace}/{name}: {e}; {} requires the TaskRun's own steps to run without network and org steps to keep it. Create the TaskRun again with inline steps bookend can jail (no StepActions, sidecars, hostPath volumes or podTemplate env for TEKTON_HERMETIC or TEKTON_RESOURCE_NAME)",
+                    "bookend: the Pod of TaskRun {namespace}/{name}: {e}; {} requires the TaskRun's own steps to run without network and org steps to keep it. Create the TaskRun again with inline steps bookend can jail, on a Linux node (no StepActions, sidecars, init containers, network or hostPath volumes, or podTemplate env for TEKTON_HERMETIC or TEKTON_RESOURCE_NAME)",
                     policy.id
                 ),
             })?;
@@ -895,7 +895,11 @@ spec:
 
     /// The TaskRun as admitted, and its Pod as Tekton builds it (variables substituted).
     fn admitted(spec: Value) -> (Value, Value) {
-        let set = policies(ALWAYS);
+        admitted_under(ALWAYS, spec)
+    }
+
+    fn admitted_under(yaml: &str, spec: Value) -> (Value, Value) {
+        let set = policies(yaml);
         let taskrun = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
             "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1"}, "spec": spec});
         let request = Request {
@@ -1135,5 +1139,65 @@ spec:
         forged["spec"]["taskSpec"]["steps"][0]["image"] = json!("evil");
         let err = check(&pod, &forged).unwrap_err();
         assert!(err.message.contains("not what bookend writes"), "{err}");
+    }
+
+    #[test]
+    fn under_hermetic_user_steps_the_pod_runs_on_linux_with_tektons_init_containers_and_local_volumes()
+     {
+        let hermetic = ALWAYS.replace(
+            "postStepsRun: Always",
+            "postStepsRun: Always\n  userSteps: {network: None}",
+        );
+        let set = policies(&hermetic);
+        let (taskrun, pod) = admitted_under(&hermetic, inline());
+        let check = |pod: &Value| check_pod(pod, &taskrun, &set, &Catalog::default());
+        assert_eq!(check(&pod), Ok(Vec::new()));
+        let step_build = pod["spec"]["containers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|c| c["name"] == "step-build")
+            .unwrap();
+        fn push(list: &mut Value, item: Value) {
+            if list.is_null() {
+                *list = json!([]);
+            }
+            list.as_array_mut().unwrap().push(item);
+        }
+        let nfs_mount = |p: &mut Value| {
+            let volume = json!({"name": "ws-nfs", "nfs": {"server": "s", "path": "/"}});
+            push(&mut p["spec"]["volumes"], volume);
+            let mount = json!({"name": "ws-nfs", "mountPath": "/workspace/src"});
+            p["spec"]["containers"][step_build]["volumeMounts"] = json!([mount]);
+        };
+        type Change<'c> = &'c dyn Fn(&mut Value);
+        let changes: Vec<(Change, &str)> = vec![
+            (
+                &|p| p["spec"]["nodeSelector"] = json!({"kubernetes.io/os": "windows"}),
+                "not Linux",
+            ),
+            (
+                &|p| p["spec"]["os"] = json!({"name": "windows"}),
+                "spec.os.name",
+            ),
+            (
+                &|p| {
+                    let sidecar = json!({"name": "sidecar-proxy", "image": "squid", "restartPolicy": "Always"});
+                    push(&mut p["spec"]["initContainers"], sidecar);
+                },
+                "init container sidecar-proxy is a sidecar",
+            ),
+            (&nfs_mount, "mounts volume ws-nfs (nfs)"),
+        ];
+        for (change, says) in changes {
+            let mut changed = pod.clone();
+            change(&mut changed);
+            let e = check(&changed).unwrap_err().message;
+            assert!(
+                e.contains(says) && e.contains("userSteps") || e.contains(says),
+                "{says}: {e}"
+            );
+            assert!(e.contains("on a Linux node"), "{e}");
+        }
     }
 }

@@ -217,3 +217,175 @@ fn v1beta1_steps_are_jailed_too() {
     let admitted = assert_converges(&set, &object);
     assert_jailed(&admitted, "bookend-");
 }
+
+/// The remote volume sources tried in each place (the unit tests try every one).
+const REMOTE: &[(&str, &str)] = &[
+    ("nfs", r#"{"server": "nfs.example", "path": "/"}"#),
+    ("csi", r#"{"driver": "s3.csi.example"}"#),
+    (
+        "iscsi",
+        r#"{"targetPortal": "10.0.0.1:3260", "iqn": "iqn.x", "lun": 0}"#,
+    ),
+    ("cephfs", r#"{"monitors": ["10.0.0.1:6789"]}"#),
+    ("glusterfs", r#"{"endpoints": "g", "path": "v"}"#),
+    ("rbd", r#"{"monitors": ["10.0.0.1"], "image": "i"}"#),
+    ("flexVolume", r#"{"driver": "x/y"}"#),
+    ("azureFile", r#"{"secretName": "s", "shareName": "x"}"#),
+];
+
+#[test]
+fn remote_volumes_are_refused_in_every_place_naming_the_field_and_the_allowed_sources() {
+    let set = policies(HERMETIC);
+    for (kind, source) in REMOTE {
+        let source: Value = serde_json::from_str(source).unwrap();
+        let mut in_task = build_taskrun();
+        in_task["spec"]["taskSpec"]["volumes"] = json!([{"name": "v", *kind: source}]);
+        let mut in_pod_template = build_taskrun();
+        in_pod_template["spec"]["podTemplate"] = json!({"volumes": [{"name": "v", *kind: source}]});
+        for (object, field) in [
+            (in_task, format!("spec.taskSpec.volumes[0].{kind}")),
+            (
+                in_pod_template,
+                format!("spec.podTemplate.volumes[0].{kind}"),
+            ),
+        ] {
+            let m = denied(&set, &object, &field);
+            assert!(m.contains("emptyDir, configMap, secret, downwardAPI, projected, persistentVolumeClaim, ephemeral"), "{m}");
+        }
+    }
+    // A workspace binding can only be csi among them (Tekton's WorkspaceBinding).
+    let mut object = build_taskrun();
+    object["spec"]["workspaces"] = json!([{"name": "src", "emptyDir": {}}, {"name": "out", "csi": {"driver": "s3.csi.example"}}]);
+    let m = denied(&set, &object, "spec.workspaces[1].csi");
+    assert!(m.contains("volumeClaimTemplate"), "{m}");
+    // And so for a remote Task, whose bindings are the TaskRun's.
+    object["spec"] = json!({"taskRef": {"resolver": "git", "params": []},
+        "workspaces": [{"name": "out", "csi": {"driver": "x"}}]});
+    denied(&set, &object, "spec.workspaces[0].csi");
+}
+
+#[test]
+fn local_volumes_and_the_platforms_claims_are_admitted() {
+    let set = policies(HERMETIC);
+    let mut object = build_taskrun();
+    object["spec"]["taskSpec"]["volumes"] = json!([
+        {"name": "a", "emptyDir": {}}, {"name": "b", "configMap": {"name": "c"}},
+        {"name": "c", "secret": {"secretName": "s"}}, {"name": "d", "projected": {"sources": []}},
+        {"name": "e", "downwardAPI": {"items": []}}, {"name": "f", "persistentVolumeClaim": {"claimName": "p"}},
+        {"name": "g", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]);
+    object["spec"]["workspaces"] = json!([
+        {"name": "src", "persistentVolumeClaim": {"claimName": "p"}, "subPath": "x"},
+        {"name": "out", "volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"]}}}]);
+    object["spec"]["podTemplate"] =
+        json!({"nodeSelector": {"kubernetes.io/os": "linux", "pool": "build"}});
+    let admitted = assert_converges(&set, &object);
+    assert_jailed(&admitted, "bookend-");
+}
+
+#[test]
+fn a_pod_template_that_can_leave_linux_is_refused_the_platforms_too() {
+    let set = policies(HERMETIC);
+    let windows_terms = |operator: &str, values: Value| {
+        json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "kubernetes.io/os", "operator": operator, "values": values}]}]}}}})
+    };
+    for (template, field) in [
+        (
+            json!({"nodeSelector": {"kubernetes.io/os": "windows"},
+                "tolerations": [{"key": "os", "value": "windows", "effect": "NoSchedule"}]}),
+            "spec.podTemplate.nodeSelector[\"kubernetes.io/os\"]",
+        ),
+        (
+            windows_terms("In", json!(["windows"])),
+            "spec.podTemplate.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]",
+        ),
+        (
+            windows_terms("NotIn", json!(["linux"])),
+            "nodeSelectorTerms[0].matchExpressions[0]",
+        ),
+    ] {
+        let mut object = build_taskrun();
+        object["spec"]["podTemplate"] = template;
+        let m = denied(&set, &object, field);
+        assert!(
+            m.contains("only on Linux") && m.contains("kubernetes.io/os: linux"),
+            "{m}"
+        );
+    }
+    // The platform's default-pod-template: Tekton merges it into every Pod.
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "config-defaults", "namespace": "tekton-pipelines"},
+            "data": {"default-pod-template": "nodeSelector:\n  kubernetes.io/os: windows\n"}})],
+        "tekton-pipelines",
+    );
+    denied_with(&set, &build_taskrun(), &catalog, "default-pod-template");
+    // Without the hermetic policy, Windows is the platform's business.
+    let pod =
+        policies(&HERMETIC.replace("userSteps: {network: None}", "userSteps: {network: Pod}"));
+    let mut object = build_taskrun();
+    object["spec"]["podTemplate"] = json!({"nodeSelector": {"kubernetes.io/os": "windows"}});
+    assert_ne!(run(&pod, &object).outcome, Outcome::Denied);
+}
+
+#[test]
+fn a_pipeline_runs_task_run_template_and_specs_reach_the_task_runs_and_are_refused() {
+    let set = policies(HERMETIC);
+    let pipeline_run: Value = serde_yaml_ng::from_str(
+        r#"
+apiVersion: tekton.dev/v1
+kind: PipelineRun
+metadata: {name: p, namespace: team-a}
+spec:
+  taskRunTemplate: {podTemplate: {nodeSelector: {kubernetes.io/os: windows}}}
+  taskRunSpecs:
+    - pipelineTaskName: two
+      podTemplate:
+        nodeSelector: {kubernetes.io/os: linux}
+        affinity: {nodeAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {nodeSelectorTerms: [{matchExpressions: [{key: kubernetes.io/os, operator: In, values: [windows]}]}]}}}
+    - pipelineTaskName: three
+      podTemplate: {nodeSelector: {kubernetes.io/os: linux}}
+  workspaces: [{name: shared, csi: {driver: s3.csi.example}}]
+  pipelineSpec:
+    workspaces: [{name: shared}]
+    tasks:
+      - {name: one, taskSpec: {steps: [{name: build, image: go}]}}
+      - {name: two, taskSpec: {steps: [{name: build, image: go}]}}
+      - name: three
+        workspaces: [{name: src, workspace: shared}]
+        taskSpec: {workspaces: [{name: src}], steps: [{name: build, image: go}]}
+"#,
+    )
+    .unwrap();
+    let preview = crate::tekton::pipeline::preview(&pipeline_run, "team-a", &|_, _| None).unwrap();
+    let fields: Vec<String> = preview
+        .children
+        .iter()
+        .filter_map(|c| match &c.run {
+            crate::tekton::pipeline::Run::TaskRun(t) => Some(t),
+            crate::tekton::pipeline::Run::Other(_) => None,
+        })
+        .map(|taskrun| {
+            let d = run(&set, taskrun);
+            assert_eq!(d.outcome, Outcome::Denied, "{taskrun}");
+            d.message.unwrap()
+        })
+        .collect();
+    assert_eq!(fields.len(), 3);
+    assert!(
+        fields[0].contains("spec.podTemplate.nodeSelector[\"kubernetes.io/os\"]"),
+        "{}",
+        fields[0]
+    );
+    assert!(
+        fields[1].contains("spec.podTemplate.affinity.nodeAffinity"),
+        "{}",
+        fields[1]
+    );
+    assert!(
+        fields[2].contains("spec.workspaces[0].csi"),
+        "{}",
+        fields[2]
+    );
+}
