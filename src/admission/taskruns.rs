@@ -109,30 +109,44 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
 
 /// The validating backstop: the final object must already be what the mutating webhook makes
 /// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
-/// were modified after injection.
+/// were modified after injection; anything in `metadata` (the engine changes only bookend's
+/// marks there) means the TaskRun arrives with marks bookend did not write (a forged
+/// `bookend.dev/verified`, a record or verification label without bookend's injection, or
+/// bookend's injected steps copied in without its record): the mutation did not run.
 fn backstop_answer(object: &Value, decision: Decision) -> Answer {
     match decision.outcome {
         Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
         Outcome::Admitted => Answer::allow(),
         Outcome::Mutated => {
-            let spec_changes: Vec<String> = decision
-                .patch
-                .iter()
-                .filter(|op| op.path().starts_with("/spec"))
-                .map(|op| describe(op, object))
-                .collect();
-            if spec_changes.is_empty() {
+            let changes = |prefix: &str| -> Vec<String> {
+                decision
+                    .patch
+                    .iter()
+                    .filter(|op| op.path().starts_with(prefix))
+                    .map(|op| describe(op, object))
+                    .collect()
+            };
+            let spec_changes = changes("/spec");
+            if !spec_changes.is_empty() {
+                let policies = decision
+                    .injected
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Answer::deny(format!(
+                    "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
+                    spec_changes.join("; ")
+                ));
+            }
+            let mark_changes = changes("/metadata");
+            if mark_changes.is_empty() {
                 return Answer::allow();
             }
-            let policies = decision
-                .injected
-                .iter()
-                .map(|(p, _)| p.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
             Answer::deny(format!(
-                "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
-                spec_changes.join("; ")
+                "bookend: the TaskRun's marks are not the ones bookend writes at admission (was bookend's mutating webhook skipped?): {}. Labels and annotations under {} are bookend's alone: remove them and create the TaskRun again",
+                mark_changes.join("; "),
+                crate::engine::record::MARK_PREFIX,
             ))
         }
     }
