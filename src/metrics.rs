@@ -59,6 +59,13 @@ struct ResultLabels {
     result: &'static str,
 }
 
+/// Why a finished TaskRun was verified without its mark: `deleted` (gone before bookend
+/// marked it) or `unmarkable` (the API server refuses the mark for good, e.g. annotations full).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct UnmarkedLabels {
+    reason: &'static str,
+}
+
 /// Events posted: what they are about (`taskrun`, `policy`) and `success` or `error`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct EventLabels {
@@ -137,6 +144,8 @@ pub struct Metrics {
     verdicts: Family<VerdictLabels, Counter>,
     taskruns_watched: Gauge,
     verification_errors: Counter,
+    verifications_unmarked: Family<UnmarkedLabels, Counter>,
+    verifications_ignored: Counter,
 }
 
 impl Default for Metrics {
@@ -289,6 +298,21 @@ impl Metrics {
             "Finished TaskRuns whose verification could not be recorded (the mark could not be written; retried on the next watch event)",
             verification_errors.clone(),
         );
+        let verifications_unmarked = Family::<UnmarkedLabels, Counter>::default();
+        registry.register(
+            "bookend_verifications_unmarked",
+            "Finished TaskRuns verified without the bookend.dev/verified mark, by reason: deleted (gone before the mark; verdict from the final object) or unmarkable (the API server refuses the mark for good; verdict once per bookend start)",
+            verifications_unmarked.clone(),
+        );
+        for reason in ["deleted", "unmarkable"] {
+            let _ = verifications_unmarked.get_or_create(&UnmarkedLabels { reason });
+        }
+        let verifications_ignored = Counter::default();
+        registry.register(
+            "bookend_verifications_ignored",
+            "Finished TaskRuns not verified because their record names a policy that cannot apply in their namespace (a record bookend did not write, e.g. in a namespace its webhooks skip)",
+            verifications_ignored.clone(),
+        );
         for result in ["success", "error"] {
             let _ = policy_reloads.get_or_create(&ResultLabels { result });
             let _ = certificate_reloads.get_or_create(&ResultLabels { result });
@@ -323,6 +347,8 @@ impl Metrics {
             verdicts,
             taskruns_watched,
             verification_errors,
+            verifications_unmarked,
+            verifications_ignored,
         }
     }
 
@@ -378,6 +404,18 @@ impl Metrics {
 
     pub fn verification_error(&self) {
         self.verification_errors.inc();
+    }
+
+    /// A finished TaskRun verified without its mark: `deleted` or `unmarkable`.
+    pub fn verification_unmarked(&self, reason: &'static str) {
+        self.verifications_unmarked
+            .get_or_create(&UnmarkedLabels { reason })
+            .inc();
+    }
+
+    /// A finished TaskRun not verified: its record names a policy that cannot apply there.
+    pub fn verification_ignored(&self) {
+        self.verifications_ignored.inc();
     }
 
     /// Records one answered review.
@@ -573,6 +611,8 @@ mod tests {
             "bookend_tekton_info{version=\"v1.15.0\",supported=\"true\",step_actions=\"true\",api_fields=\"beta\"} 1",
             "bookend_taskruns_watched 0",
             "bookend_verification_errors_total 0",
+            "bookend_verifications_unmarked_total{reason=\"deleted\"} 0",
+            "bookend_verifications_ignored_total 0",
             "bookend_step_runs_total{policy=\"ClusterStepPolicy/a\",step=\"bookend-a\",outcome=\"completed\"} 1",
             "bookend_step_duration_seconds_bucket{le=\"5.0\",policy=\"ClusterStepPolicy/a\",step=\"bookend-a\"} 1",
             "bookend_run_verdicts_total{policy=\"ClusterStepPolicy/a\",verdict=\"pass\",cause=\"none\"} 1",

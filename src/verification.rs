@@ -9,10 +9,11 @@
 //!
 //! 1. **the mark**: a merge patch that sets `bookend.dev/verified` with the `resourceVersion`
 //!    the verdict was computed from as its precondition. Of several replicas (each runs the
-//!    same watch; there is no leader) exactly one wins; the others get a 409 and drop it, and a
-//!    replica that restarts finds the mark on its initial list. Without the mark (conflict with
-//!    Tekton's own update, an API error) nothing is written, and the next watch event of the
-//!    TaskRun (or the next initial list) tries again.
+//!    same watch; there is no leader) exactly one wins; the others get a 409, read the TaskRun
+//!    again, find it marked and drop it, and a replica that restarts finds the mark on its
+//!    initial list. A 409 from anyone else's change (Tekton's, the author's labels) is retried
+//!    on the object read again. Without the mark (an API error) nothing is written, and the next
+//!    watch event of the TaskRun (or the next initial list) tries again.
 //! 2. only then the outputs: an Event on the TaskRun (`Normal OrgStepsRan` or `Warning
 //!    OrgStepsDidNotRun` with the reason), one PolicyReport result per policy (Enforce
 //!    policies included), the metrics. So each finished TaskRun is counted once across
@@ -20,10 +21,22 @@
 //!    outputs (at most once, never twice).
 //!
 //! A TaskRun that finished while bookend was down is on the initial list of the next start,
-//! unmarked, and verified then: no completion is lost.
+//! unmarked, and verified then. Two cases have no mark to write, and get their verdict anyway:
+//!
+//! - **deleted before the mark**: the watch's Delete event carries the final object, and an
+//!   unmarked finished one is verified from it (outputs only; the Event may be refused as its
+//!   object is gone). A TaskRun finished and deleted while no replica watched is lost
+//!   (docs/operations.md). With several replicas, each that sees the Delete reports it.
+//! - **unmarkable** (the API server refuses the mark with 422, e.g. annotations already at
+//!   their size limit): the outputs once per bookend process (the uid is remembered), so
+//!   exactly-once becomes once per bookend start for such TaskRuns.
+//!
+//! A TaskRun whose record names a policy that cannot apply in its namespace
+//! ([`verify::policies_out_of_reach`]) is not verified but counted: bookend's admission did not
+//! write that record.
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
@@ -45,6 +58,9 @@ use crate::source::kubernetes::taskrun_resource;
 pub use crate::engine::record::VERIFIED_ANNOTATION;
 /// TaskRuns per page of the initial list (what memory holds at once while it streams).
 const PAGE_SIZE: u32 = 100;
+/// Mark writes per watch event: a 409 (someone changed the TaskRun meanwhile) is retried on
+/// the object read again, this many times in all; after that, the next watch event tries.
+const MARK_ATTEMPTS: usize = 4;
 
 /// What the watch does with one TaskRun it sees.
 #[derive(Debug, PartialEq, Eq)]
@@ -168,6 +184,7 @@ async fn watch(
         recorder,
         reports,
         metrics: metrics.clone(),
+        concluded_unmarked: Mutex::new(HashSet::new()),
     };
     while let Some(event) = events.next().await {
         match event {
@@ -182,6 +199,7 @@ async fn watch(
                 if let Some(uid) = object.metadata.uid.as_deref() {
                     running.remove(uid);
                 }
+                writer.deleted(object).await;
             }
             Err(error) => {
                 metrics.watch_error();
@@ -198,6 +216,22 @@ struct Writer {
     recorder: Recorder,
     reports: Option<Reports>,
     metrics: Metrics,
+    /// Uids of the TaskRuns this process verified without a mark (unmarkable) or refused to
+    /// verify (out of reach): each is concluded once per process.
+    concluded_unmarked: Mutex<HashSet<String>>,
+}
+
+/// How writing the mark ended.
+enum Marking {
+    Marked,
+    /// 409: the TaskRun changed since it was read.
+    Conflict,
+    /// 404: deleted; its Delete event carries the final object.
+    Gone,
+    /// 422: the API server will not take the mark on this object (annotations full, ...).
+    Refused,
+    /// Any other error: tried again on the next watch event.
+    Failed,
 }
 
 impl Writer {
@@ -218,56 +252,166 @@ impl Writer {
             }
             Seen::Finished => {
                 running.remove(&uid);
-                self.verify(&value).await;
+                self.verify(value).await;
             }
         }
     }
 
-    async fn verify(&self, taskrun: &Value) {
-        let text = |pointer: &str| taskrun.pointer(pointer).and_then(Value::as_str);
-        let (Some(namespace), Some(name), Some(uid), Some(resource_version)) = (
-            text("/metadata/namespace"),
-            text("/metadata/name"),
-            text("/metadata/uid"),
-            text("/metadata/resourceVersion"),
+    /// A TaskRun the watch saw deleted: if it finished unmarked, its verdict from the final
+    /// object (no mark to write any more).
+    async fn deleted(&self, object: DynamicObject) {
+        let Ok(value) = serde_json::to_value(&object) else {
+            return;
+        };
+        if seen(&value) != Seen::Finished {
+            return;
+        }
+        if let Some(verification) = self.decide(&value) {
+            self.metrics.verification_unmarked("deleted");
+            self.outputs(&value, &verification).await;
+        }
+    }
+
+    /// Whether `uid` is concluded for the first time in this process (and now remembered).
+    fn first_conclusion(&self, uid: &str) -> bool {
+        self.concluded_unmarked
+            .lock()
+            .map(|mut set| set.insert(uid.to_owned()))
+            .unwrap_or(false)
+    }
+
+    /// The verdict, unless the record names policies that cannot apply where the TaskRun is.
+    fn decide(&self, taskrun: &Value) -> Option<Verification> {
+        let snapshot = self.source.current();
+        let out_of_reach =
+            verify::policies_out_of_reach(taskrun, &snapshot.set, snapshot.lookup.as_ref());
+        if !out_of_reach.is_empty() {
+            let text = |pointer: &str| taskrun.pointer(pointer).and_then(Value::as_str);
+            if self.first_conclusion(text("/metadata/uid").unwrap_or_default()) {
+                self.metrics.verification_ignored();
+                tracing::warn!(
+                    taskrun = text("/metadata/name").unwrap_or_default(),
+                    namespace = text("/metadata/namespace").unwrap_or_default(),
+                    policies = %out_of_reach.join(", "),
+                    "not verified: the TaskRun's bookend.dev/injected record names policies that cannot apply in its namespace (bookend's admission did not write it)"
+                );
+            }
+            return None;
+        }
+        verify::verify(taskrun, &snapshot.set, snapshot.lookup.as_ref())
+    }
+
+    async fn verify(&self, mut taskrun: Value) {
+        let text = |taskrun: &Value, pointer: &str| {
+            taskrun
+                .pointer(pointer)
+                .and_then(Value::as_str)
+                .map(str::to_owned)
+        };
+        let (Some(namespace), Some(name), Some(uid)) = (
+            text(&taskrun, "/metadata/namespace"),
+            text(&taskrun, "/metadata/name"),
+            text(&taskrun, "/metadata/uid"),
         ) else {
             return;
         };
-        let snapshot = self.source.current();
-        let Some(verification) = verify::verify(taskrun, &snapshot.set, snapshot.lookup.as_ref())
-        else {
-            return;
-        };
-        // The mark first, under the resourceVersion the verdict was computed from: only one
-        // replica's write succeeds, and only that one writes the outputs.
-        let patch = mark_patch(&verification, resource_version);
         let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &taskrun_resource());
+            Api::namespaced_with(self.client.clone(), &namespace, &taskrun_resource());
+        for _ in 0..MARK_ATTEMPTS {
+            let Some(verification) = self.decide(&taskrun) else {
+                return;
+            };
+            let Some(resource_version) = text(&taskrun, "/metadata/resourceVersion") else {
+                return;
+            };
+            match self
+                .mark(&api, &name, &verification, &resource_version)
+                .await
+            {
+                Marking::Marked => return self.outputs(&taskrun, &verification).await,
+                Marking::Refused => {
+                    if self.first_conclusion(&uid) {
+                        self.metrics.verification_unmarked("unmarkable");
+                        self.outputs(&taskrun, &verification).await;
+                    }
+                    return;
+                }
+                Marking::Gone | Marking::Failed => return,
+                Marking::Conflict => {}
+            }
+            // Changed since read: by another replica's mark (then it is marked now), Tekton or
+            // the author. Read it again and decide on what it is now.
+            match api.get(&name).await {
+                Ok(object) if object.metadata.uid.as_deref() == Some(uid.as_str()) => {
+                    let Ok(value) = serde_json::to_value(&object) else {
+                        return;
+                    };
+                    if seen(&value) != Seen::Finished {
+                        return;
+                    }
+                    taskrun = value;
+                }
+                // Gone, or another TaskRun of the same name: the Delete event follows.
+                Ok(_) => return,
+                Err(kube::Error::Api(status)) if status.code == 404 => return,
+                Err(error) => {
+                    self.metrics.verification_error();
+                    tracing::warn!(%error, taskrun = %name, %namespace, "cannot read the TaskRun again to mark it verified; it is tried again on its next watch event");
+                    return;
+                }
+            }
+        }
+        self.metrics.verification_error();
+        tracing::warn!(taskrun = %name, %namespace, "the TaskRun kept changing while bookend marked it verified; it is tried again on its next watch event");
+    }
+
+    /// The mark, under the resourceVersion the verdict was computed from: only one replica's
+    /// write succeeds, and only that one writes the outputs.
+    async fn mark(
+        &self,
+        api: &Api<DynamicObject>,
+        name: &str,
+        verification: &Verification,
+        resource_version: &str,
+    ) -> Marking {
+        let patch = mark_patch(verification, resource_version);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
         {
-            Ok(_) => {}
-            Err(kube::Error::Api(status)) if status.code == 409 || status.code == 404 => {
-                // Another replica marked it, Tekton changed it (its next event comes), or it
-                // is gone.
-                tracing::debug!(taskrun = name, %namespace, code = status.code, "not marked: changed or verified elsewhere");
-                return;
+            Ok(_) => Marking::Marked,
+            Err(kube::Error::Api(status)) if status.code == 409 => Marking::Conflict,
+            Err(kube::Error::Api(status)) if status.code == 404 => Marking::Gone,
+            Err(kube::Error::Api(status)) if status.code == 422 => {
+                tracing::warn!(taskrun = name, message = %status.message, "the API server refuses bookend's verified mark on the TaskRun; its verdict is reported once per bookend start");
+                Marking::Refused
             }
             Err(error) => {
                 self.metrics.verification_error();
-                tracing::warn!(%error, taskrun = name, %namespace, "cannot mark the TaskRun verified; it is tried again on its next watch event");
-                return;
+                tracing::warn!(%error, taskrun = name, "cannot mark the TaskRun verified; it is tried again on its next watch event");
+                Marking::Failed
             }
         }
-        self.metrics.observe_verification(&verification);
+    }
+
+    /// The verdict's outputs: metrics, the Event, the PolicyReport results.
+    async fn outputs(&self, taskrun: &Value, verification: &Verification) {
+        let text = |pointer: &str| taskrun.pointer(pointer).and_then(Value::as_str);
+        let (Some(namespace), Some(name), Some(uid)) = (
+            text("/metadata/namespace"),
+            text("/metadata/name"),
+            text("/metadata/uid"),
+        ) else {
+            return;
+        };
+        self.metrics.observe_verification(verification);
         for run in &verification.policies {
             if let RunVerdict::Fail(reason) = &run.verdict {
                 tracing::warn!(taskrun = name, %namespace, policy = %run.policy, %reason, "org steps did not run as their policy says");
             }
         }
         let api_version = text("/apiVersion").unwrap_or("tekton.dev/v1");
-        if let Some(event) = event(&verification) {
+        if let Some(event) = event(verification) {
             let regarding = ObjectReference {
                 api_version: Some(api_version.to_owned()),
                 kind: Some("TaskRun".to_owned()),

@@ -11,6 +11,7 @@ use super::{Answer, Summary, TaskRunCheck, request_object};
 use crate::engine::{self, Decision, Lookup, Outcome, Request};
 use crate::policy::PolicySet;
 use crate::tekton;
+use crate::patch::Operation;
 
 /// A TaskRun CREATE: the engine's decision, as `/mutate` injects it or as the backstop checks it.
 pub(super) fn taskrun(
@@ -109,47 +110,75 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
 
 /// The validating backstop: the final object must already be what the mutating webhook makes
 /// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
-/// were modified after injection.
+/// were modified after injection; a mark the engine would drop or change ([`forged_mark`])
+/// means the TaskRun arrives with marks bookend did not write: the mutation did not run.
 fn backstop_answer(object: &Value, decision: Decision) -> Answer {
     match decision.outcome {
         Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
         Outcome::Admitted => Answer::allow(),
         Outcome::Mutated => {
-            let spec_changes: Vec<String> = decision
-                .patch
-                .iter()
-                .filter(|op| op.path().starts_with("/spec") || verification_mark(op.path()))
-                .map(|op| describe(op, object))
-                .collect();
-            if spec_changes.is_empty() {
+            let changes = |refused: &dyn Fn(&Operation) -> bool| -> Vec<String> {
+                decision
+                    .patch
+                    .iter()
+                    .filter(|op| refused(op))
+                    .map(|op| describe(op, object))
+                    .collect()
+            };
+            let spec_changes = changes(&|op| op.path().starts_with("/spec"));
+            if !spec_changes.is_empty() {
+                let policies = decision
+                    .injected
+                    .iter()
+                    .map(|(p, _)| p.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Answer::deny(format!(
+                    "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
+                    spec_changes.join("; ")
+                ));
+            }
+            let mark_changes = changes(&forged_mark);
+            if mark_changes.is_empty() {
                 return Answer::allow();
             }
-            let policies = decision
-                .injected
-                .iter()
-                .map(|(p, _)| p.as_str())
-                .collect::<Vec<_>>()
-                .join(", ");
             Answer::deny(format!(
-                "bookend: the TaskRun lacks the steps that {policies} require, or they were changed after injection (was bookend's mutating webhook skipped?): {}. Create the TaskRun again so bookend can inject them, or check `bookend render --explain`",
-                spec_changes.join("; ")
+                "bookend: the TaskRun's marks are not the ones bookend writes at admission (was bookend's mutating webhook skipped?): {}. Labels and annotations under {} are bookend's alone: remove them and create the TaskRun again",
+                mark_changes.join("; "),
+                crate::engine::record::MARK_PREFIX,
             ))
         }
     }
 }
 
-/// Whether a backstop operation is on the `bookend.dev/verified` mark: no TaskRun is created
-/// verified (its mutation skipped, the mark would make the post-run watch pass it over). The
-/// `bookend.dev/verify` label is not checked here: a previous release's mutation, during a
-/// rolling upgrade, does not set it.
-fn verification_mark(path: &str) -> bool {
-    path == format!(
+/// Whether a backstop operation on `metadata` (the engine changes only bookend's marks there)
+/// shows a mark the author wrote: any mark bookend would drop or change (a forged
+/// `bookend.dev/verified`, a `bookend.dev/verify` label or a record on a TaskRun nothing is
+/// injected into, a label with another value), and `bookend.dev/verified` in any form. Adding
+/// the label or the record, or replacing the record, is not refused: a previous release's
+/// mutation, during a rolling upgrade, writes its own record form and no label (such a TaskRun
+/// is not watched; docs/operations.md).
+fn forged_mark(op: &Operation) -> bool {
+    let path = op.path();
+    if !path.starts_with("/metadata") {
+        return false;
+    }
+    let verified = format!(
         "/metadata/annotations/{}",
         crate::engine::record::VERIFIED_ANNOTATION.replace('/', "~1")
-    )
+    );
+    let record = format!(
+        "/metadata/annotations/{}",
+        crate::engine::record::ANNOTATION.replace('/', "~1")
+    );
+    match op {
+        Operation::Remove { .. } => true,
+        Operation::Add { .. } => path == verified,
+        Operation::Replace { .. } => path != record,
+    }
 }
 
-fn describe(op: &crate::patch::Operation, object: &Value) -> String {
+fn describe(op: &Operation, object: &Value) -> String {
     use crate::patch::Operation;
     let name_of = |v: &Value| {
         tekton::step_name(v)

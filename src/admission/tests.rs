@@ -235,6 +235,59 @@ fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
     );
 }
 
+#[test]
+fn the_backstop_refuses_marks_bookend_did_not_write() {
+    let mutated = mutate(&create(taskrun()));
+    let patch: json_patch::Patch =
+        serde_json::from_value(decoded_patch(&response(&mutated))).unwrap();
+    let mut injected = taskrun();
+    json_patch::patch(&mut injected, &patch).unwrap();
+    assert_eq!(
+        response(&validate(&create(injected.clone())))["allowed"],
+        true
+    );
+
+    // The mutation did not run (its failurePolicy is Ignore) and the author wrote what it
+    // would have, but with a forged verified mark.
+    let mut forged = injected.clone();
+    forged["metadata"]["annotations"]["bookend.dev/verified"] = json!("{}");
+    let m = denial_message(&validate(&create(forged)));
+    assert!(
+        m.contains("unexpected /metadata/annotations/bookend.dev~1verified")
+            && m.contains("remove them and create the TaskRun again"),
+        "{m}"
+    );
+    // Without the label or the record (what a previous release's mutation writes, during a
+    // rolling upgrade): admitted, not refused (the TaskRun is not watched).
+    let mut unlabelled = injected.clone();
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("bookend.dev/verify");
+    assert_eq!(response(&validate(&create(unlabelled)))["allowed"], true);
+    let mut unrecorded = injected.clone();
+    unrecorded["metadata"]["annotations"]
+        .as_object_mut()
+        .unwrap()
+        .remove("bookend.dev/injected");
+    assert_eq!(response(&validate(&create(unrecorded)))["allowed"], true);
+    // A label with another value, a record with another form: the author's.
+    let mut relabelled = injected.clone();
+    relabelled["metadata"]["labels"]["bookend.dev/verify"] = json!("no");
+    let m = denial_message(&validate(&create(relabelled)));
+    assert!(m.contains("changed /metadata/labels/bookend.dev~1verify"), "{m}");
+    // A TaskRun nothing is injected into at CREATE (its Task comes from a resolver) may not
+    // carry the label either.
+    let mut remote = taskrun();
+    remote["spec"] = json!({"taskRef": {"resolver": "git"}});
+    remote["metadata"]["labels"] = json!({"bookend.dev/verify": "true"});
+    let m = denial_message(&validate(&create(remote)));
+    assert!(
+        m.contains("unexpected /metadata/labels/bookend.dev~1verify"),
+        "{m}"
+    );
+}
+
 fn policy_review(object: Value) -> Vec<u8> {
     serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -316,7 +369,19 @@ fn the_controllers_dry_run_task_create_is_injected() {
     };
     let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
     let r = response(&mutate(&body(controller, true)));
-    assert_eq!(decoded_patch(&r)[1]["path"], "/spec/steps/0");
+    // The record, the verification label (Tekton's controller copies both into the TaskRun),
+    // then the steps.
+    let patch = decoded_patch(&r);
+    let paths: Vec<&str> = patch
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|op| op["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        paths[..3],
+        ["/metadata/annotations", "/metadata/labels", "/spec/steps/0"]
+    );
     for (user, dry_run) in [("alice", true), (controller, false)] {
         let r = response(&mutate(&body(user, dry_run)));
         assert!(r.get("patch").is_none(), "{user} {dry_run}");

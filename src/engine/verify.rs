@@ -27,7 +27,7 @@ use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::record::{self, Record};
-use crate::policy::{Mode, Policy, PolicySet, PostStepsRun};
+use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Verdict};
 use crate::tekton::{self, ApiVersion, TaskRunView};
 
 /// How one step ended.
@@ -223,6 +223,40 @@ pub struct Verification {
     /// Whether the org steps were identified by composing again (false: by the record's names,
     /// because a policy drifted).
     pub by_composition: bool,
+}
+
+/// The policies the TaskRun's record names that cannot apply to it where it is now: a
+/// StepPolicy of another namespace, or a policy whose criteria are all namespace-level and do
+/// not match its namespace. Such a record was not written by bookend's admission (a TaskRun
+/// created where the webhooks do not run, with a record copied in), and its verdict would be
+/// no evidence. Policies that select by the TaskRun's labels or origin are not checked again:
+/// the author may change the TaskRun's labels after CREATE, and that must not switch
+/// verification off. Policies no longer loaded are left to [`verify`] (which reports them).
+pub fn policies_out_of_reach(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Vec<String> {
+    let Some(view) = TaskRunView::new(taskrun) else {
+        return Vec::new();
+    };
+    let Some(record) = view.annotation(record::ANNOTATION).and_then(Record::parse) else {
+        return Vec::new();
+    };
+    let namespace = view.namespace().unwrap_or_default();
+    let facts = SubjectFacts::of(&view, namespace, lookup);
+    let subject = facts.subject(namespace);
+    record
+        .policies
+        .iter()
+        .filter(|entry| {
+            set.policies()
+                .iter()
+                .find(|p| p.id.to_string() == entry.policy)
+                .is_some_and(|policy| match policy.verdict(&subject) {
+                    Verdict::Matched => false,
+                    Verdict::OtherNamespace => true,
+                    Verdict::NotMatched(_) | Verdict::Excluded(_) => policy.namespace_level_only(),
+                })
+        })
+        .map(|entry| entry.policy.clone())
+        .collect()
 }
 
 /// Whether the TaskRun is done: its `Succeeded` condition is `True` or `False`.

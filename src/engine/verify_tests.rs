@@ -542,3 +542,50 @@ fn admission_labels_what_verification_watches_and_only_that() {
         }
     }
 }
+
+#[test]
+fn a_record_naming_policies_that_cannot_apply_there_is_out_of_reach() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: teams}
+spec:
+  match: {namespaces: [team-*]}
+  preSteps: [{name: bookend-teams, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: labelled}
+spec:
+  match: {selector: {matchLabels: {app: a}}}
+  preSteps: [{name: bookend-labelled, image: alpine}]
+---
+apiVersion: bookend.dev/v1alpha1
+kind: StepPolicy
+metadata: {name: own, namespace: team-a}
+spec:
+  preSteps: [{name: bookend-own, image: alpine}]
+"#,
+    );
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    object["metadata"]["labels"] = json!({"app": "a"});
+    let admitted = run(&set, &object).object;
+    let out = |object: &Value| policies_out_of_reach(object, &set, &Catalog::default());
+    // Where bookend's admission wrote the record: every policy applies.
+    assert!(out(&admitted).is_empty(), "{admitted}");
+    // The same record on a TaskRun in a namespace the policies do not cover (created where
+    // the webhooks do not run, the record copied in).
+    let mut elsewhere = admitted.clone();
+    elsewhere["metadata"]["namespace"] = json!("kube-system");
+    assert_eq!(
+        out(&elsewhere),
+        ["ClusterStepPolicy/teams", "StepPolicy/team-a/own"]
+    );
+    // The author changing the TaskRun's labels after CREATE switches nothing off.
+    let mut relabelled = admitted.clone();
+    relabelled["metadata"]["labels"] = json!({"bookend.dev/verify": "true"});
+    assert!(out(&relabelled).is_empty());
+    // No record, an unreadable one: nothing to say.
+    assert!(out(&object).is_empty());
+}

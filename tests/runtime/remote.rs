@@ -179,9 +179,30 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
             "bookend's reviews of {pod_name}"
         );
     });
+    // Tekton's controller copied bookend's record and label from the dry-run Task into the
+    // TaskRun (the marks webhook lets its user add exactly those), so the post-run watch saw
+    // it and marked it with the policy's verdict.
+    checks.check("verified after the run, like an inline TaskRun", || {
+        let marked = poll(
+            "the remote TaskRun marked bookend.dev/verified",
+            Duration::from_secs(60),
+            || {
+                let object = env.kubectl.get(&["taskrun", "-n", REMOTE, &name])?;
+                let mark = object["metadata"]["annotations"]["bookend.dev/verified"]
+                    .as_str()
+                    .ok_or_else(|| format!("not yet: {}", object["metadata"]))
+                    .and_then(|text| {
+                        serde_json::from_str::<Value>(text).map_err(|e| e.to_string())
+                    })?;
+                Ok((object, mark))
+            },
+        );
+        assert_eq!(marked.1, json!({"ClusterStepPolicy/rt-remote": "pass"}));
+        assert_eq!(marked.0["metadata"]["labels"]["bookend.dev/verify"], "true");
+    });
     checks.finish();
     format!(
-        "{name}: cluster resolver, dry-run mutation: ran {:?}; the label-selected policy's step \
+        "{name}: cluster resolver, dry-run mutation: ran {:?}, verified pass; the label-selected policy's step \
          not injected nor required",
         run.trace(env)
     )

@@ -60,7 +60,10 @@ use status::{
     scenario_tekton_version,
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
-use verification::{scenario_post_run_verification, scenario_verification_cannot_be_escaped};
+use verification::{
+    scenario_post_run_verification, scenario_remote_taskruns_are_verified,
+    scenario_verification_cannot_be_escaped,
+};
 
 const TEAM_A: &str = "team-a";
 const TEAM_B: &str = "team-b";
@@ -219,7 +222,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 26] = [
+    let scenarios: [(&str, Scenario); 27] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -290,6 +293,10 @@ fn real_apiserver_calls_bookend() {
         (
             "post-run verification cannot be escaped: marks bookend's alone at CREATE and UPDATE",
             scenario_verification_cannot_be_escaped,
+        ),
+        (
+            "post-run verification of remote-resolver TaskRuns (the controller copies bookend's marks) and of unmarkable ones",
+            scenario_remote_taskruns_are_verified,
         ),
         (
             "openreports: auto finds the Report CRD and writes there",

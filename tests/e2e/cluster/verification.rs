@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::kube::poll;
 
 use super::bookend::Bookend;
-use super::objects::{metadata_str, step_names, taskrun};
+use super::objects::{metadata_str, step_names, step_names_of, taskrun};
 use super::{Ctx, TEAM_A};
 
 const VERIFIED: &str = "bookend.dev/verified";
@@ -519,5 +519,231 @@ pub(super) fn scenario_verification_cannot_be_escaped(ctx: &mut Ctx) -> String {
     format!(
         "forged marks dropped at CREATE; {} mark changes refused (author and controller); other UPDATEs not sent; one verdict",
         attempts.len()
+    )
+}
+
+/// Whether the object carries a label or annotation under `bookend.dev/`.
+fn has_marks(object: &Value) -> bool {
+    ["labels", "annotations"].iter().any(|map| {
+        object["metadata"][*map]
+            .as_object()
+            .is_some_and(|m| m.keys().any(|k| k.starts_with("bookend.dev/")))
+    })
+}
+
+pub(super) fn scenario_remote_taskruns_are_verified(ctx: &mut Ctx) -> String {
+    // A TaskRun whose Task a resolver fetches: nothing to inject at CREATE, and the marks the
+    // author wrote are dropped.
+    let remote = |name: &str| {
+        json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": name, "namespace": TEAM_A,
+                "labels": {"bookend.dev/verify": "true"},
+                "annotations": {VERIFIED: "{}"}},
+            "spec": {"taskRef": {"resolver": "git", "params": [
+                {"name": "url", "value": "https://example.invalid/tasks.git"},
+                {"name": "pathInRepo", "value": "build.yaml"}]}}})
+    };
+    let created = ctx
+        .cluster
+        .create(&remote("verify-remote"))
+        .expect_ok("create a remote-resolver TaskRun")
+        .json();
+    assert!(!has_marks(&created), "{}", created["metadata"]);
+
+    // Tekton's controller dry-run-creates the resolved Task (here with marks of its own, as a
+    // resolver's Task may carry anything): bookend injects, writes its record and the label,
+    // drops the rest.
+    let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "remote-build", "namespace": TEAM_A,
+            "labels": {"app": "build", "bookend.dev/other": "x"},
+            "annotations": {VERIFIED: "{}", "bookend.dev/injected": "{\"policies\":[]}"}},
+        "spec": {"steps": [{"name": "build", "image": "docker.io/library/alpine:3.20",
+                            "script": "echo remote"}]}});
+    let resolved = poll(
+        "the controller's dry-run Task CREATE",
+        Duration::from_secs(30),
+        || {
+            let out = ctx
+                .cluster
+                .with_object(&["create", "--dry-run=server", &as_controller], &task);
+            out.succeeded().map(|()| out)
+        },
+    )
+    .json();
+    let meta = &resolved["metadata"];
+    assert_eq!(
+        meta["labels"]["bookend.dev/verify"],
+        json!("true"),
+        "{meta}"
+    );
+    assert_eq!(meta["labels"]["app"], json!("build"));
+    assert!(meta["labels"].get("bookend.dev/other").is_none(), "{meta}");
+    assert!(meta["annotations"].get(VERIFIED).is_none(), "{meta}");
+    let record = meta["annotations"]["bookend.dev/injected"]
+        .as_str()
+        .expect("bookend's record on the resolved Task");
+    assert!(record.contains(SBOM), "{record}");
+
+    // The controller copies the Task's labels and annotations into the TaskRun (Tekton's
+    // storeTaskSpecAndMergeMeta, then an Update as its identity): replayed here as it does it.
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "rules": [{"apiGroups": ["tekton.dev"], "resources": ["taskruns"],
+                    "verbs": ["get", "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "e2e-tekton-controller-taskruns"},
+         "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
+                       "namespace": "tekton-pipelines"}]}]});
+    ctx.cluster
+        .apply(&rbac)
+        .expect_ok("RBAC for the impersonated controller");
+    let copy = |taskrun: &Value| {
+        let mut copied = taskrun.clone();
+        for map in ["labels", "annotations"] {
+            let mut merged = meta[map].as_object().cloned().unwrap_or_default();
+            for (k, v) in taskrun["metadata"][map].as_object().into_iter().flatten() {
+                merged.insert(k.clone(), v.clone());
+            }
+            copied["metadata"][map] = Value::Object(merged);
+        }
+        copied["metadata"]["labels"]["tekton.dev/task"] = json!("remote-build");
+        copied
+    };
+    let current = ctx
+        .cluster
+        .get_json(&["taskrun", "verify-remote", "-n", TEAM_A], "the TaskRun");
+    let updated = poll(
+        "the controller's TaskRun update",
+        Duration::from_secs(30),
+        || {
+            let out = ctx
+                .cluster
+                .with_object(&["replace", &as_controller], &copy(&current));
+            out.succeeded().map(|()| out)
+        },
+    )
+    .json();
+    assert_eq!(
+        updated["metadata"]["labels"]["bookend.dev/verify"],
+        json!("true")
+    );
+    assert_eq!(
+        updated["metadata"]["annotations"]["bookend.dev/injected"],
+        json!(record)
+    );
+
+    // Only the controller, only adding both to a TaskRun without marks: the author's same
+    // update is refused, and so is the controller's verified mark afterwards.
+    ctx.cluster
+        .create(&remote("verify-remote-author"))
+        .expect_ok("create a second remote-resolver TaskRun");
+    let other = ctx.cluster.get_json(
+        &["taskrun", "verify-remote-author", "-n", TEAM_A],
+        "the TaskRun",
+    );
+    let out = ctx.cluster.with_object(&["replace"], &copy(&other));
+    assert!(
+        !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
+        "the author may not copy bookend's marks: {}",
+        out.stderr
+    );
+    let out = ctx.cluster.kubectl(&[
+        "annotate",
+        &as_controller,
+        "taskrun",
+        "verify-remote",
+        "bookend.dev/verified={}",
+        "-n",
+        TEAM_A,
+    ]);
+    assert!(
+        !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
+        "{}",
+        out.stderr
+    );
+
+    // Tekton finishes it with the resolved Task's spec in its status: bookend's watch sees it
+    // (the label) and verifies it against the record.
+    let steps: Vec<Value> = step_names_of(&resolved["spec"])
+        .iter()
+        .map(|step| step_state(step, 0, "Completed"))
+        .collect();
+    let status = json!({"status": {
+        "conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded",
+                        "message": "written by the e2e scenario",
+                        "lastTransitionTime": "2026-02-01T10:01:00Z"}],
+        "podName": "verify-remote-pod",
+        "startTime": "2026-02-01T10:00:00Z",
+        "completionTime": "2026-02-01T10:01:00Z",
+        "taskSpec": resolved["spec"],
+        "steps": steps,
+    }});
+    ctx.cluster
+        .kubectl(&[
+            "patch",
+            "taskrun",
+            "verify-remote",
+            "-n",
+            TEAM_A,
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            &status.to_string(),
+        ])
+        .expect_ok("write the TaskRun's status");
+    assert_eq!(poll_mark(ctx, "verify-remote")[SBOM], json!("pass"));
+    for name in ["verify-remote", "verify-remote-author"] {
+        ctx.cluster
+            .kubectl(&["delete", "taskrun", name, "-n", TEAM_A])
+            .expect_ok("delete the scenario's TaskRun");
+    }
+
+    // A TaskRun whose annotations leave no room for the mark (the API server refuses it with
+    // 422): its verdict anyway, once in this bookend process, counted as unmarkable.
+    const UNMARKABLE: &str = "bookend_verifications_unmarked_total{reason=\"unmarkable\"}";
+    let unmarkable_before = metric(&ctx.bookend, UNMARKABLE);
+    let full = create(ctx, "verify-full");
+    let mut padded = ctx
+        .cluster
+        .get_json(&["taskrun", "verify-full", "-n", TEAM_A], "the TaskRun");
+    let used: usize = padded["metadata"]["annotations"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(k, v)| k.len() + v.as_str().map_or(0, str::len))
+        .sum();
+    // 256 KiB is the API server's limit on all annotations together; leave 10 bytes.
+    let room = 262_144 - used - "padding".len() - 10;
+    padded["metadata"]["annotations"]["padding"] = json!("x".repeat(room));
+    ctx.cluster
+        .with_object(&["replace"], &padded)
+        .expect_ok("fill the TaskRun's annotations");
+    finish(ctx, "verify-full", Some(("build", "TaskRunTimeout")));
+    let uid = metadata_str(&full, "uid");
+    let warning = poll(
+        "the unmarkable TaskRun's OrgStepsDidNotRun Event",
+        Duration::from_secs(30),
+        || {
+            events(ctx, &uid, "OrgStepsDidNotRun")
+                .pop()
+                .ok_or_else(|| "none yet".to_owned())
+        },
+    );
+    assert!(warning.1.contains("did not run"), "{warning:?}");
+    assert_eq!(metric(&ctx.bookend, UNMARKABLE) - unmarkable_before, 1.0);
+    let object = ctx
+        .cluster
+        .get_json(&["taskrun", "verify-full", "-n", TEAM_A], "the TaskRun");
+    assert!(object["metadata"]["annotations"].get(VERIFIED).is_none());
+    ctx.cluster
+        .kubectl(&["delete", "taskrun", "verify-full", "-n", TEAM_A])
+        .expect_ok("delete the unmarkable TaskRun");
+    format!(
+        "remote-resolver TaskRun: marks from the dry-run Task, copied by the controller (the author's copy refused), verified pass; unmarkable TaskRun: verdict once ({} Event)",
+        warning.0
     )
 }
