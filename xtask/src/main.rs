@@ -52,7 +52,7 @@ const TASKS: &[Task] = &[
             setup::prepare(setup::Scope::Everything)?;
             // The runtime suite on the newest and the oldest line (CI), unless the caller chose.
             let lines =
-                std::env::var("BOOKEND_TEKTON_VERSIONS").unwrap_or_else(|_| matrix::lines());
+                std::env::var("BOOKEND_TEKTON_VERSIONS").unwrap_or_else(|_| matrix::ci_lines());
             setup::tekton_tools(&matrix::older_versions(&lines))?;
             phase("cargo test --workspace", || {
                 run(cargo()
