@@ -11,6 +11,12 @@
 # (a .stamp file next to it records that). Force a rebuild with FORCE=1.
 # Prints the time of each step; the last lines are shell-sourceable paths (E2E_BIN_DIR=..., ...).
 # Env: FORCE=1 rebuild everything; ONLY="kube-apiserver kubectl etcd tekton-validate crds" subset.
+#      BOOKEND_TEKTON_VERSION=v0.62.3 builds the Tekton tools (tekton-validate, CRDs, the runtime
+#      suite's controller, entrypoint, resolvers, conversion webhook and config) at that release
+#      instead of the default (the version tests/e2e/tektonvalidate pins), from the committed
+#      module tests/runtime/tekton/v<major>.<minor> (its go.mod/go.sum pin that release), into
+#      tests/e2e/bin/<k8s-version>/tekton/<version>/ with the other tools linked beside them;
+#      E2E_BIN_DIR then names that directory. The default version's layout is unchanged.
 set -euo pipefail
 
 E2E_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -41,6 +47,30 @@ if command -v flock >/dev/null; then
 fi
 ln -sfn "$K8S_VERSION" "$E2E_DIR/bin/current"
 
+# Another Tekton release (BOOKEND_TEKTON_VERSION): its module and output directory.
+DEFAULT_TEKTON_VERSION=$TEKTON_VERSION
+TEKTON_BIN=$BIN
+RUNTIME_MOD="$E2E_DIR/../runtime/standins"
+CONVERSION_MOD=$RUNTIME_MOD
+if [[ -n ${BOOKEND_TEKTON_VERSION:-} && $BOOKEND_TEKTON_VERSION != "$DEFAULT_TEKTON_VERSION" ]]; then
+  line=${BOOKEND_TEKTON_VERSION#v}; line="v${line%.*}"
+  TVDIR="$E2E_DIR/../runtime/tekton/$line"
+  [[ -f $TVDIR/go.mod ]] || {
+    echo "build-tools.sh: no module for Tekton $BOOKEND_TEKTON_VERSION (tests/runtime/tekton/$line/go.mod); lines: $(cd "$E2E_DIR/../runtime/tekton" && echo v*) and the default $DEFAULT_TEKTON_VERSION" >&2
+    exit 2
+  }
+  TVDIR=$(cd "$TVDIR" && pwd)
+  TEKTON_VERSION=$(modver "$TVDIR" github.com/tektoncd/pipeline)
+  [[ $TEKTON_VERSION == "$BOOKEND_TEKTON_VERSION" ]] || {
+    echo "build-tools.sh: tests/runtime/tekton/$line pins tektoncd/pipeline $TEKTON_VERSION, not $BOOKEND_TEKTON_VERSION" >&2
+    exit 2
+  }
+  RUNTIME_MOD=$TVDIR
+  CONVERSION_MOD=$TVDIR
+  TEKTON_BIN="$BIN/tekton/$TEKTON_VERSION"
+  mkdir -p "$TEKTON_BIN"
+fi
+
 minor=${K8S_VERSION#v1.}; minor=${minor%%.*}
 K8S_LDFLAGS="-s -w \
  -X k8s.io/component-base/version.gitVersion=$K8S_VERSION \
@@ -59,13 +89,14 @@ wanted() { [[ " $ONLY " == *" $1 "* ]]; }
 
 # key of a module's inputs: go.mod, go.sum and every .go file (plus the build flags)
 srckey() { # srckey <module dir> <extra string>
-  (cd "$1" && { cat go.mod go.sum; find . -name '*.go' -type f | LC_ALL=C sort | xargs cat; echo "$2"; } \
+  # -L: a version module's packages are links to the default module's sources
+  (cd "$1" && { cat go.mod go.sum; find -L . -name '*.go' -type f | LC_ALL=C sort | xargs cat; echo "$2"; } \
     | sha256sum | cut -d' ' -f1)
 }
 
 total_start=$SECONDS
-build() { # build <name> <module dir> <package> <ldflags>
-  local name=$1 dir=$2 pkg=$3 ldflags=$4 key out="$BIN/$1"
+build() { # build <name> <module dir> <package> <ldflags> [<output dir>]
+  local name=$1 dir=$2 pkg=$3 ldflags=$4 key out="${5:-$BIN}/$1"
   wanted "$name" || return 0
   key=$(srckey "$dir" "$pkg $ldflags")
   if [[ $FORCE != 1 && -x $out && -f $out.stamp && $(cat "$out.stamp") == "$key" ]]; then
@@ -83,14 +114,16 @@ build() { # build <name> <module dir> <package> <ldflags>
 build kube-apiserver  "$K8SBINS" k8s.io/kubernetes/cmd/kube-apiserver "$K8S_LDFLAGS"
 build kubectl         "$K8SBINS" k8s.io/kubernetes/cmd/kubectl        "$K8S_LDFLAGS"
 build etcd            "$K8SBINS" ./cmd/etcd                            "-s -w"
-build tekton-validate "$TVDIR"   .                                     "-s -w"
+if [[ $TVDIR == "$E2E_DIR/tektonvalidate" ]]; then tv_pkg=.; else tv_pkg=./tektonvalidate; fi
+build tekton-validate "$TVDIR"   "$tv_pkg"                             "-s -w" "$TEKTON_BIN"
 
 # Tekton CRDs, taken from the tektoncd/pipeline module (no GitHub access needed).
 #   crds/upstream/300-*.yaml  as shipped by Tekton
 #   crds/300-*.yaml           the same with `spec.conversion` replaced by `strategy: None`:
 #     Tekton's conversion webhook (v1beta1 <-> v1) does not run in the test cluster. With None the
 #     apiserver only rewrites apiVersion, v1beta1-only fields are NOT converted: send tekton.dev/v1.
-CRDS="$BIN/crds"
+#     (Before v0.63 the StepAction CRD has no `conversion`: copied as it is.)
+CRDS="$TEKTON_BIN/crds"
 if wanted crds && [[ $FORCE != 1 && -f $CRDS/TEKTON_VERSION && $(cat "$CRDS/TEKTON_VERSION") == "$TEKTON_VERSION" \
   && -f $CRDS/300-taskrun.yaml && -f $CRDS/300-task.yaml && -f $CRDS/300-stepaction.yaml ]]; then
   echo "build-tools: crds: up to date, skipped ($CRDS)"
@@ -107,7 +140,7 @@ elif wanted crds; then
       /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; n++; next }
       skip && /^(  [^ ]|[^ ])/ { skip=0 }
       !skip { print }
-      END { if (n != 1) exit 1 }
+      END { if (n > 1) exit 1 }
     ' "$CRDS/upstream/$f" >"$CRDS/$f" \
       || { echo "build-tools: could not rewrite spec.conversion of $f" >&2; exit 1; }
   done
@@ -132,7 +165,6 @@ build actionlint       "$E2E_DIR/actionlint" github.com/rhysd/actionlint/cmd/act
 # CRDs, its config maps and RBAC. Module tests/runtime/standins pins Tekton: its go.mod names
 # the controller, entrypoint and resolvers as `tool`s. When ONLY comes from the environment it
 # selects, as above; the default list predates these entries, so without ONLY they are built too.
-RUNTIME_MOD="$E2E_DIR/../runtime/standins"
 RUNTIME_TOOLS="tekton-controller tekton-entrypoint tekton-resolvers kubelet-standin tekton-conversion podnet runtime-config"
 [[ $(declare -p ONLY) == "declare -x"* ]] || ONLY+=" $RUNTIME_TOOLS"
 RUNTIME_TEKTON=$(modver "$RUNTIME_MOD" github.com/tektoncd/pipeline)
@@ -140,18 +172,18 @@ if [[ $RUNTIME_TEKTON != "$TEKTON_VERSION" ]]; then
   echo "build-tools: tests/runtime/standins pins tektoncd/pipeline $RUNTIME_TEKTON, tests/e2e/tektonvalidate $TEKTON_VERSION: make them equal" >&2
   exit 1
 fi
-build tekton-controller "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/controller "-s -w"
-build tekton-entrypoint "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/entrypoint "-s -w"
-build tekton-resolvers  "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/resolvers  "-s -w"
-build kubelet-standin   "$RUNTIME_MOD" ./kubelet                                   "-s -w"
-build tekton-conversion "$RUNTIME_MOD" ./tektonconversion                          "-s -w"
-build podnet            "$RUNTIME_MOD" ./podnet                                    "-s -w"
+build tekton-controller "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/controller "-s -w" "$TEKTON_BIN"
+build tekton-entrypoint "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/entrypoint "-s -w" "$TEKTON_BIN"
+build tekton-resolvers  "$RUNTIME_MOD" github.com/tektoncd/pipeline/cmd/resolvers  "-s -w" "$TEKTON_BIN"
+build kubelet-standin   "$E2E_DIR/../runtime/standins" ./kubelet                   "-s -w"
+build tekton-conversion "$CONVERSION_MOD" ./tektonconversion                       "-s -w" "$TEKTON_BIN"
+build podnet            "$E2E_DIR/../runtime/standins" ./podnet                    "-s -w"
 # runtime/crds: the CRDs start-cluster.sh does not create, with `conversion: None` (as crds/
 # above); runtime/config: Tekton's config maps as shipped; runtime/rbac: Tekton's ServiceAccounts,
 # (Cluster)Roles and bindings as shipped (the controller runs as its ServiceAccount);
 # runtime/resolvers: config/resolvers as shipped, without its Deployment and Service. The stamp
 # names the layout, so a directory from an older layout is copied again.
-RUNTIME_DIR="$BIN/runtime"
+RUNTIME_DIR="$TEKTON_BIN/runtime"
 RUNTIME_LAYOUT="$TEKTON_VERSION crds config rbac resolvers"
 if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$RUNTIME_LAYOUT" ]]; then
   echo "build-tools: runtime-config: up to date, skipped ($RUNTIME_DIR)"
@@ -177,13 +209,21 @@ elif wanted runtime-config; then
   echo "build-tools: runtime-config: copied from $moddir/config"
 fi
 
-cat >"$BIN/env.sh" <<EOF
+# Another Tekton release: the version-independent tools linked beside its own, so that its
+# directory is a complete E2E_BIN_DIR (start-cluster.sh takes crds/ from it).
+if [[ $TEKTON_BIN != "$BIN" ]]; then
+  for tool in kube-apiserver kubectl etcd kubelet-standin podnet helm promtool promql-selectors actionlint; do
+    if [[ -e $BIN/$tool ]]; then ln -sfn "../../$tool" "$TEKTON_BIN/$tool"; fi
+  done
+fi
+
+cat >"$TEKTON_BIN/env.sh" <<EOF
 # generated by tests/e2e/build-tools.sh
-E2E_BIN_DIR=$BIN
+E2E_BIN_DIR=$TEKTON_BIN
 E2E_K8S_VERSION=$K8S_VERSION
 E2E_ETCD_VERSION=$ETCD_VERSION
 E2E_TEKTON_VERSION=$TEKTON_VERSION
 E2E_CRDS_DIR=$CRDS
 EOF
-echo "build-tools: done in $((SECONDS - total_start)) s; bin dir $(du -sh "$BIN" | cut -f1)"
-cat "$BIN/env.sh" | grep -v '^#'
+echo "build-tools: done in $((SECONDS - total_start)) s; bin dir $(du -sh "$TEKTON_BIN" | cut -f1)"
+cat "$TEKTON_BIN/env.sh" | grep -v '^#'

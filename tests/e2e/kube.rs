@@ -288,6 +288,7 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    #[allow(dead_code)] // the runtime suite starts its clusters with `start_with`
     pub fn start(dir: PathBuf) -> Self {
         Self::start_with(dir, &[])
     }

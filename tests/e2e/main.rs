@@ -17,6 +17,8 @@ mod merge;
 #[path = "../security/oracle.rs"]
 mod oracle;
 mod tekton;
+#[path = "../common/tekton_line.rs"]
+mod tekton_line;
 #[path = "../common/tekton_pod.rs"]
 mod tekton_pod;
 mod tools;

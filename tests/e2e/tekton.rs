@@ -12,9 +12,11 @@ use bookend::policy::Settings;
 use bookend::policy::load::yaml_documents;
 use bookend::source::walk::policy_set;
 use bookend::tekton::TaskRunView;
+use bookend::tekton::cluster::NEWEST;
 use serde_json::Value;
 
-use crate::tools::tools;
+use crate::tekton_line::Line;
+use crate::tools::{tekton_tools, tools};
 
 const NAMESPACE: &str = "team-a";
 
@@ -45,7 +47,12 @@ fn validate(dir: &Path) -> BTreeMap<String, Value> {
 }
 
 fn validate_with(dir: &Path, flags: &[&str]) -> BTreeMap<String, Value> {
-    let out = Command::new(tools().path("tekton-validate"))
+    validate_by(&tools().path("tekton-validate"), dir, flags)
+}
+
+/// `validate_with` with a given `tekton-validate` (another Tekton release's).
+fn validate_by(tekton_validate: &Path, dir: &Path, flags: &[&str]) -> BTreeMap<String, Value> {
+    let out = Command::new(tekton_validate)
         .args(["--json", "--print-defaulted"])
         .args(flags)
         .arg(dir)
@@ -219,4 +226,134 @@ fn tekton_accepts_what_bookend_emits_and_defaulting_converges() {
         regressions.len()
     );
     assert!(accepted_before.len() >= 100, "{}", accepted_before.len());
+}
+
+/// Each older Tekton line of `BOOKEND_TEKTON_VERSIONS` (`cargo xtask test` sets the oldest, with
+/// Tekton's default flags and with `enable-step-actions`): bookend, told that line (as it reads
+/// it from the cluster), admits no corpus TaskRun that this release's own `SetDefaults` +
+/// `Validate` (its `tekton-validate`, with the line's flags) refuses after injection. Alpha
+/// examples are left out (they need flags of their own).
+#[test]
+fn older_tekton_accepts_what_bookend_admits() {
+    let lines: Vec<Line> = Line::from_env()
+        .into_iter()
+        .filter(|l| l.cluster.version != NEWEST)
+        .collect();
+    if lines.is_empty() {
+        println!(
+            "no older Tekton line in BOOKEND_TEKTON_VERSIONS (e.g. v0.62.3,v0.62.3+enable-step-actions=true; \
+             `cargo xtask test` sets them): nothing to check here"
+        );
+        return;
+    }
+    for line in &lines {
+        let loaded = policy_set(
+            &[crate::root().join("examples/policies")],
+            Settings {
+                tekton: line.cluster.clone(),
+                ..Settings::default()
+            },
+        );
+        let set = loaded.set;
+        let work = tempfile::tempdir().unwrap();
+        let (before_dir, after_dir) = (work.path().join("before"), work.path().join("after"));
+        std::fs::create_dir_all(&before_dir).unwrap();
+        std::fs::create_dir_all(&after_dir).unwrap();
+        let mut labels = BTreeMap::new();
+        let mut denied = 0;
+        for file in crate::common::tekton_taskrun_files() {
+            if file.components().any(|c| c.as_os_str() == "alpha") {
+                continue;
+            }
+            let docs = yaml_documents(&std::fs::read_to_string(&file).unwrap()).unwrap();
+            let mut catalog = Catalog::default();
+            catalog.add_objects(&docs, NAMESPACE);
+            for (i, doc) in docs.iter().enumerate() {
+                if TaskRunView::new(doc).is_none() {
+                    continue;
+                }
+                let name = format!("{:04}.json", labels.len() + 1);
+                let d = engine::decide(
+                    Request {
+                        object: doc,
+                        namespace: NAMESPACE,
+                        dry_run: false,
+                    },
+                    &set,
+                    &catalog,
+                );
+                std::fs::write(before_dir.join(&name), serde_json::to_vec(doc).unwrap()).unwrap();
+                if d.outcome == Outcome::Denied {
+                    denied += 1;
+                } else {
+                    std::fs::write(
+                        after_dir.join(&name),
+                        serde_json::to_vec(&d.object).unwrap(),
+                    )
+                    .unwrap();
+                }
+                let label = file.strip_prefix(crate::tekton_fixtures()).unwrap_or(&file);
+                labels.insert(name, format!("{}#{i}", label.display()));
+            }
+        }
+        let validator = tekton_tools(&line.version).path("tekton-validate");
+        let flags: Vec<String> = line
+            .flags
+            .iter()
+            .flat_map(|(k, v)| ["--feature-flag".to_owned(), format!("{k}={v}")])
+            .collect();
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let before = validate_by(&validator, &before_dir, &flags);
+        let after = validate_by(&validator, &after_dir, &flags);
+        let ok = |r: Option<&Value>| r.is_some_and(|r| r["ok"] == true);
+        let accepted_before = labels.keys().filter(|k| ok(before.get(*k))).count();
+        let admitted: Vec<&String> = labels
+            .keys()
+            .filter(|k| ok(before.get(*k)) && after.contains_key(*k))
+            .collect();
+        let refused: Vec<String> = admitted
+            .iter()
+            .filter(|k| !ok(after.get(**k)))
+            .map(|k| format!("{}: {}", labels[*k], after[*k]["error"]))
+            .collect();
+        println!(
+            "{}: {} TaskRuns, {accepted_before} valid as written; bookend admits {} of those, \
+             Tekton refuses {} of what bookend admits; bookend denies {denied} in all",
+            line.label(),
+            labels.len(),
+            admitted.len(),
+            refused.len()
+        );
+        for r in &refused {
+            println!("  REFUSED BY TEKTON: {r}");
+        }
+        assert!(
+            refused.is_empty(),
+            "{}: Tekton's own validation refuses {} TaskRuns bookend admitted",
+            line.label(),
+            refused.len()
+        );
+        assert!(accepted_before >= 50, "{}: {accepted_before}", line.label());
+        // examples/policies has an Always policy matching every TaskRun in team-a: where this
+        // Tekton refuses step when/results, bookend must refuse them all (else the check above
+        // proves nothing about the version model).
+        let always_refused = !line
+            .lacking(&[bookend::tekton::cluster::Feature::StepWhen])
+            .is_empty();
+        if always_refused {
+            assert!(
+                admitted.is_empty(),
+                "{}: bookend admitted {}",
+                line.label(),
+                admitted.len()
+            );
+        } else {
+            assert!(
+                admitted.len() >= 50,
+                "{}: bookend admitted {}",
+                line.label(),
+                admitted.len()
+            );
+        }
+    }
 }

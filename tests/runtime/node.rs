@@ -10,7 +10,7 @@ use serde_json::json;
 use crate::daemon::Daemon;
 use crate::kube::{Kubectl, free_port, poll};
 use crate::prereqs::Host;
-use crate::tools::tools;
+use crate::tools::Tools;
 
 /// Image of the steps and of bookend's helper steps (bookend's default `--helper-image`).
 pub const BUSYBOX: &str = "docker.io/library/busybox:1.37";
@@ -39,7 +39,7 @@ const NONROOT: u32 = 65532;
 /// Tekton's shell image; Tekton's entrypoint binary at /ko-app/entrypoint (where the controller's
 /// `prepare` init container runs it from) for the entrypoint image. Returns the image map for
 /// the kubelet stand-in.
-pub fn build_images(dir: &Path, host: &Host) -> PathBuf {
+pub fn build_images(dir: &Path, host: &Host, tools: &Tools) -> PathBuf {
     let busybox = dir.join("busybox");
     let entrypoint = dir.join("entrypoint");
     for root in [&busybox, &entrypoint] {
@@ -68,7 +68,7 @@ pub fn build_images(dir: &Path, host: &Host) -> PathBuf {
     }
     std::fs::create_dir_all(entrypoint.join("ko-app")).expect("mkdir ko-app");
     std::fs::copy(
-        tools().path("tekton-entrypoint"),
+        tools.path("tekton-entrypoint"),
         entrypoint.join("ko-app/entrypoint"),
     )
     .expect("copy Tekton's entrypoint");
@@ -91,10 +91,16 @@ fn chmod(path: &Path, mode: u32) {
 }
 
 /// The kubelet stand-in (tests/runtime/standins/kubelet).
-pub fn start_kubelet(work: &Path, kubectl: &Kubectl, images: &Path, host: &Host) -> Daemon {
+pub fn start_kubelet(
+    work: &Path,
+    kubectl: &Kubectl,
+    images: &Path,
+    host: &Host,
+    tools: &Tools,
+) -> Daemon {
     let dir = work.join("kubelet");
     std::fs::create_dir_all(&dir).expect("mkdir kubelet");
-    let mut cmd = Command::new(tools().path("kubelet-standin"));
+    let mut cmd = Command::new(tools.path("kubelet-standin"));
     cmd.arg("--kubeconfig")
         .arg(&kubectl.kubeconfig)
         .arg("--work-dir")
@@ -118,11 +124,11 @@ const RESOLVERS_SA: (&str, &str) = ("tekton-pipelines-resolvers", "tekton-pipeli
 /// config/controller.yaml, leader election off, and free ports for what is configurable. It
 /// authenticates as its ServiceAccount, with Tekton's own RBAC (config/200-clusterrole.yaml and
 /// the rest, applied as shipped), as in a real install.
-pub fn start_controller(work: &Path, kubectl: &Kubectl) -> Daemon {
+pub fn start_controller(work: &Path, kubectl: &Kubectl, tools: &Tools) -> Daemon {
     let (namespace, name) = CONTROLLER_SA;
     let controller =
         kubectl.as_service_account(namespace, name, &work.join("controller.kubeconfig"));
-    let mut cmd = Command::new(tools().path("tekton-controller"));
+    let mut cmd = Command::new(tools.path("tekton-controller"));
     cmd.arg("-kubeconfig")
         .arg(&controller.kubeconfig)
         .arg("-disable-ha")
@@ -161,14 +167,14 @@ pub fn start_controller(work: &Path, kubectl: &Kubectl) -> Daemon {
 /// in a cluster each has its own Pod network. Here `podnet` (tests/runtime/standins/podnet)
 /// gives the resolvers a network namespace of their own, with the API server's address
 /// forwarded into it (the only address they can reach: none of the resolutions here needs more).
-pub fn start_resolvers(work: &Path, kubectl: &Kubectl) -> Daemon {
+pub fn start_resolvers(work: &Path, kubectl: &Kubectl, tools: &Tools) -> Daemon {
     let (namespace, name) = RESOLVERS_SA;
     let resolvers = kubectl.as_service_account(namespace, name, &work.join("resolvers.kubeconfig"));
-    let mut cmd = Command::new(tools().path("podnet"));
+    let mut cmd = Command::new(tools.path("podnet"));
     cmd.arg("--forward")
         .arg(kubectl.server_address())
         .arg("--")
-        .arg(tools().path("tekton-resolvers"))
+        .arg(tools.path("tekton-resolvers"))
         .arg("-kubeconfig")
         .arg(&resolvers.kubeconfig);
     cmd.env("SYSTEM_NAMESPACE", namespace)
@@ -201,9 +207,10 @@ pub fn start_conversion(
     cert: &Path,
     key: &Path,
     ca_b64: &str,
+    tools: &Tools,
 ) -> Daemon {
     let port = free_port();
-    let mut cmd = Command::new(tools().path("tekton-conversion"));
+    let mut cmd = Command::new(tools.path("tekton-conversion"));
     cmd.arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
         .arg("--tls-cert")

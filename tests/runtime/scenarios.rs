@@ -132,6 +132,8 @@ pub struct Ctx {
     pub bookend_log: std::path::PathBuf,
     /// (TaskRun, steps, helper steps) of every injected run, for docs/testing.md.
     pub helper_notes: RefCell<Vec<(String, usize, usize)>>,
+    /// The cluster's Tekton refuses step `when`/`results`: `Always` falls back where allowed.
+    pub always_degraded: bool,
 }
 
 impl Ctx {

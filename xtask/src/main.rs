@@ -8,6 +8,7 @@
 
 #[path = "../../tests/common/host.rs"]
 mod host;
+mod matrix;
 mod setup;
 
 use std::ffi::OsString;
@@ -46,11 +47,18 @@ const TASKS: &[Task] = &[
     Task {
         name: "test",
         args: "[ARGS...]",
-        about: "`setup`, then `cargo test --workspace ARGS`: the whole suite (the README's test command)",
+        about: "`setup`, then `cargo test --workspace ARGS`: the whole suite (the README's test command); the runtime suite on the newest and the oldest Tekton",
         run: |args| {
             setup::prepare(setup::Scope::Everything)?;
+            // The runtime suite on the newest and the oldest line (CI), unless the caller chose.
+            let lines =
+                std::env::var("BOOKEND_TEKTON_VERSIONS").unwrap_or_else(|_| matrix::ci_lines());
+            setup::tekton_tools(&matrix::older_versions(&lines))?;
             phase("cargo test --workspace", || {
-                run(cargo().args(["test", "--workspace"]).args(args))
+                run(cargo()
+                    .args(["test", "--workspace"])
+                    .args(args)
+                    .env("BOOKEND_TEKTON_VERSIONS", &lines))
             })
         },
     },
@@ -123,6 +131,12 @@ const TASKS: &[Task] = &[
             setup::prepare(setup::Scope::Everything)?;
             run(cargo().args(["test", "--test", "runtime"]).args(args))
         },
+    },
+    Task {
+        name: "tekton-matrix",
+        args: "[ARGS...]",
+        about: "the runtime suite on every Tekton line (BOOKEND_TEKTON_VERSIONS); writes the table into docs/compatibility.md",
+        run: matrix::tekton_matrix,
     },
     Task {
         name: "tools",

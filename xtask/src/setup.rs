@@ -97,6 +97,23 @@ pub fn prepare(scope: Scope) -> Result<(), Failure> {
     )
 }
 
+/// The Tekton tools of each older release (tests/e2e/build-tools.sh with
+/// `BOOKEND_TEKTON_VERSION`, cached by version), unless the runtime suite is skipped.
+pub fn tekton_tools(versions: &[String]) -> Result<(), Failure> {
+    if skip_runtime() {
+        return Ok(());
+    }
+    for version in versions {
+        phase(
+            &format!(
+                "set-up: the Tekton {version} tools (tests/e2e/build-tools.sh, cached by version)"
+            ),
+            || run(bash("tests/e2e/build-tools.sh").env("BOOKEND_TEKTON_VERSION", version)),
+        )?;
+    }
+    Ok(())
+}
+
 fn skip_runtime() -> bool {
     std::env::var(SKIP_RUNTIME).is_ok_and(|v| v == "1")
 }
