@@ -51,7 +51,9 @@ mod kube;
 #[path = "../e2e/tools.rs"]
 mod tools;
 
+mod node;
 mod pod;
+mod service;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -65,6 +67,14 @@ use crate::tools::tools;
 
 pub use common::root;
 
+/// start-cluster.sh picks its ports as it goes: two started at once (the two tests of this
+/// binary) could pick the same one, so one starts at a time.
+pub(crate) fn start_cluster(dir: std::path::PathBuf, env: &[(&str, &str)]) -> Cluster {
+    static STARTING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = STARTING.lock().unwrap_or_else(|e| e.into_inner());
+    Cluster::start_with(dir, env)
+}
+
 /// Pause between the attempts of `kube::poll`.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(200);
 
@@ -73,7 +83,7 @@ const NAMESPACE: &str = "bookend-system";
 const TEAM: &str = "team-a";
 
 /// GET `http://<ip>:<port><path>` as a kubelet's httpGet probe does: (status, body).
-fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
+pub(crate) fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
     let mut stream = TcpStream::connect((ip, port)).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(Duration::from_secs(2)))
@@ -100,7 +110,7 @@ fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
 }
 
 /// A probe's port: a number, or the name of one of the container's ports.
-fn probe_port(container: &Value, probe: &Value) -> u16 {
+pub(crate) fn probe_port(container: &Value, probe: &Value) -> u16 {
     let port = &probe["httpGet"]["port"];
     if let Some(number) = port.as_u64() {
         return number as u16;
@@ -115,7 +125,7 @@ fn probe_port(container: &Value, probe: &Value) -> u16 {
         .unwrap_or_else(|| panic!("no container port named {name}")) as u16
 }
 
-fn helm(kubectl: &Kubectl, args: &[&str]) {
+pub(crate) fn helm(kubectl: &Kubectl, args: &[&str]) {
     let mut cmd = std::process::Command::new(tools().path("helm"));
     cmd.args(args)
         .arg("--kubeconfig")
@@ -125,7 +135,7 @@ fn helm(kubectl: &Kubectl, args: &[&str]) {
 }
 
 /// The sum of a counter's samples whose labels contain `labels`, in Prometheus text.
-fn counter(metrics: &str, name: &str, labels: &str) -> f64 {
+pub(crate) fn counter(metrics: &str, name: &str, labels: &str) -> f64 {
     metrics
         .lines()
         .filter(|l| l.starts_with(&format!("{name}{{")) && l.contains(labels))
@@ -145,12 +155,13 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
         .expect("tempdir");
     let work = tmp.path().to_owned();
     println!("work directory: {}", work.display());
-    let cluster = Cluster::start(work.join("cluster"));
+    let cluster = start_cluster(work.join("cluster"), &[]);
     let kubectl = &cluster.kubectl;
 
     // The Pod IP is chosen first: the chart's webhooks name it and its certificate covers it.
     let net = pod::PodNetwork::choose();
-    let webhook_url = format!("webhook.url=https://{}:8443", net.pod_ip);
+    let pod_ip = net.pod_ip.clone();
+    let webhook_url = format!("webhook.url=https://{pod_ip}:8443");
     helm(
         kubectl,
         &[
@@ -180,8 +191,8 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
 
     let image = Image::assemble(&work.join("image"), &root().join("Dockerfile"));
     println!("image: {}", image.describe());
-    let mut run = PodRun::start(&work, kubectl, &runc, &image, template, &net, NAMESPACE);
-    println!("Pod {} at {}", run.pod_name, net.pod_ip);
+    let mut run = PodRun::create_and_start(&work, kubectl, &runc, &image, template, net, NAMESPACE);
+    println!("Pod {} at {pod_ip}", run.pod_name);
 
     // The kubelet's probes: the chart's paths and ports, on the Pod IP.
     let readiness = &container["readinessProbe"];
@@ -192,7 +203,7 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
         .expect("readiness path");
     poll("readinessProbe 200", Duration::from_secs(90), || {
         run.check_running();
-        match http_get(&net.pod_ip, ready_port, ready_path) {
+        match http_get(&pod_ip, ready_port, ready_path) {
             Ok((200, _)) => Ok(()),
             Ok((code, body)) => Err(format!("{code} {body}")),
             Err(e) => Err(e),
@@ -200,13 +211,13 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
     });
     let live_port = probe_port(&container, liveness);
     let live_path = liveness["httpGet"]["path"].as_str().expect("liveness path");
-    let (code, body) = http_get(&net.pod_ip, live_port, live_path).expect("livenessProbe");
+    let (code, body) = http_get(&pod_ip, live_port, live_path).expect("livenessProbe");
     assert_eq!(code, 200, "livenessProbe {live_path}: {body}");
-    run.report_ready(kubectl);
+    run.report(kubectl, true).expect("report the Pod Ready");
     let stored = kubectl
         .get(&["pod", &run.pod_name, "-n", NAMESPACE])
         .expect("the Pod");
-    assert_eq!(stored["status"]["podIP"], json!(net.pod_ip));
+    assert_eq!(stored["status"]["podIP"], json!(pod_ip));
 
     // What the process is, as the kernel sees it.
     run.check_process(&container, &template["spec"]["securityContext"]);
@@ -257,7 +268,7 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
         "the user's step is kept once: {:?}",
         stored.1
     );
-    let (code, metrics) = http_get(&net.pod_ip, live_port, "/metrics").expect("/metrics");
+    let (code, metrics) = http_get(&pod_ip, live_port, "/metrics").expect("/metrics");
     assert_eq!(code, 200);
     let mutated = counter(
         &metrics,

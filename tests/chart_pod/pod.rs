@@ -5,6 +5,7 @@
 use std::os::unix::fs::{PermissionsExt, chown};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -202,12 +203,14 @@ pub struct PodNetwork {
 impl PodNetwork {
     /// A subnet and link name from this process's id, so parallel runs do not collide.
     pub fn choose() -> Self {
+        static PODS: AtomicU32 = AtomicU32::new(0);
+        let pod = PODS.fetch_add(1, Ordering::Relaxed);
         let pid = std::process::id();
-        let subnet = pid % 250 + 1;
+        let (second, third) = (213 + pod % 40, pid % 250 + 1);
         Self {
-            pod_ip: format!("10.213.{subnet}.2"),
-            host_ip: format!("10.213.{subnet}.1"),
-            host_link: format!("bkpod{}", pid % 10_000_000),
+            pod_ip: format!("10.{second}.{third}.2"),
+            host_ip: format!("10.{second}.{third}.1"),
+            host_link: format!("bk{}p{pod}", pid % 100_000),
         }
     }
 
@@ -359,19 +362,65 @@ pub struct PodRun {
     id: String,
     pod_ip: String,
     namespace: String,
+    // After the container: the host's end of the Pod's veth pair.
+    network: Option<PodNetwork>,
 }
 
+/// Whether the Pod can reach the API server (a replica that never gets ready cannot).
+#[derive(Clone, Copy)]
+pub enum Api {
+    Reachable,
+    Unreachable,
+}
+
+/// The pretend node Pods are bound to.
+pub const NODE: &str = "chart-pod-node";
+
 impl PodRun {
-    pub fn start(
+    /// Creates a Pod from `template`, bound to the pretend node (as the ReplicaSet controller and
+    /// the scheduler would leave it), and starts it.
+    pub fn create_and_start(
         work: &Path,
         kubectl: &Kubectl,
         runc: &Path,
         image: &Image,
         template: &Value,
-        net: &PodNetwork,
+        net: PodNetwork,
         namespace: &str,
     ) -> Self {
-        let spec = &template["spec"];
+        let name = format!(
+            "{}-chart-pod",
+            template["metadata"]["labels"]["app.kubernetes.io/instance"]
+                .as_str()
+                .unwrap_or("bookend")
+        );
+        let mut spec = template["spec"].clone();
+        spec["nodeName"] = json!(NODE);
+        let pod = kubectl.create(&json!({
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": template["metadata"]["labels"],
+                "annotations": template["metadata"]["annotations"],
+            },
+            "spec": spec,
+        }));
+        Self::start(work, kubectl, runc, image, &pod, net, Api::Reachable)
+    }
+
+    /// Runs the stored Pod `pod` (bound to this node) as a kubelet would.
+    pub fn start(
+        work: &Path,
+        kubectl: &Kubectl,
+        runc: &Path,
+        image: &Image,
+        pod: &Value,
+        net: PodNetwork,
+        api_reach: Api,
+    ) -> Self {
+        let spec = &pod["spec"];
         let containers = spec["containers"].as_array().expect("containers");
         assert_eq!(containers.len(), 1, "the chart's Pod has one container");
         assert!(
@@ -380,31 +429,11 @@ impl PodRun {
         );
         let container = &containers[0];
         let pod_security = &spec["securityContext"];
-
-        // The Pod object, bound to a pretend node, as the ReplicaSet controller and the
-        // scheduler would leave it.
-        let pod_name = format!(
-            "{}-chart-pod",
-            template["metadata"]["labels"]["app.kubernetes.io/instance"]
-                .as_str()
-                .unwrap_or("bookend")
-        );
-        let mut pod_spec = spec.clone();
-        pod_spec["nodeName"] = json!("chart-pod-node");
-        let pod = kubectl.create(&json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "name": pod_name,
-                "namespace": namespace,
-                "labels": template["metadata"]["labels"],
-                "annotations": template["metadata"]["annotations"],
-            },
-            "spec": pod_spec,
-        }));
+        let pod_name = pod["metadata"]["name"].as_str().expect("name").to_owned();
+        let namespace = pod["metadata"]["namespace"].as_str().expect("namespace");
         let pod_uid = pod["metadata"]["uid"].as_str().expect("uid").to_owned();
 
-        let bundle = work.join("pod");
+        let bundle = work.join(&pod_name);
         let volumes = bundle.join("volumes");
         std::fs::create_dir_all(&volumes).expect("mkdir volumes");
         let fs_group = pod_security["fsGroup"].as_u64().map(|g| g as u32);
@@ -569,7 +598,14 @@ impl PodRun {
         // Set for every Pod, enableServiceLinks or not: where the in-cluster client finds the
         // API server (forwarded into the Pod's network namespace by podnet).
         env.push(format!("KUBERNETES_SERVICE_HOST={api_host}"));
-        env.push(format!("KUBERNETES_SERVICE_PORT={api_port}"));
+        env.push(format!(
+            "KUBERNETES_SERVICE_PORT={}",
+            match api_reach {
+                Api::Reachable => api_port,
+                // Nothing listens on port 1 in the Pod's network namespace.
+                Api::Unreachable => "1",
+            }
+        ));
 
         // securityContext, container over Pod; the image's USER when runAsUser is unset.
         let uid = security(container, pod_security, "runAsUser")
@@ -632,7 +668,7 @@ impl PodRun {
         if let Some(cpu) = requests["cpu"].as_str() {
             resources["cpu"]["shares"] = json!(((quantity(cpu) * 1024.0) as u64).max(2));
         }
-        let id = format!("bookend-chart-pod-{}", std::process::id());
+        let id = format!("bookend-{}-{pod_name}", std::process::id());
         let mut process = json!({
             "terminal": false,
             "user": {"uid": uid, "gid": gid},
@@ -677,8 +713,8 @@ impl PodRun {
         .expect("config.json");
 
         let runc_root = work.join("runc");
-        let log = work.join("pod.log");
-        let file = std::fs::File::create(&log).expect("pod.log");
+        let log = work.join(format!("{pod_name}.log"));
+        let file = std::fs::File::create(&log).expect("Pod log");
         let child = Command::new(tools().path("podnet"))
             .arg("--forward")
             .arg(&api)
@@ -703,6 +739,7 @@ impl PodRun {
             id,
             pod_ip: net.pod_ip.clone(),
             namespace: namespace.to_owned(),
+            network: None,
         };
         // podnet unshares its network namespace first thing; then the veth goes in.
         let pid = run.child.id();
@@ -719,7 +756,17 @@ impl PodRun {
             },
         );
         net.attach(pid);
+        run.network = Some(net);
         run
+    }
+
+    pub fn pod_ip(&self) -> &str {
+        &self.pod_ip
+    }
+
+    /// Whether the Pod's process still runs.
+    pub fn running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
     }
 
     /// Panics with the Pod's log if it is no longer running.
@@ -732,8 +779,10 @@ impl PodRun {
         }
     }
 
-    /// What a kubelet reports once the readiness probe passed: Running, Ready, its IP.
-    pub fn report_ready(&self, kubectl: &Kubectl) {
+    /// What a kubelet reports of a running Pod: Running, its IP, and Ready as the readiness
+    /// probe last answered.
+    pub fn report(&self, kubectl: &Kubectl, ready: bool) -> Result<(), String> {
+        let ready = if ready { "True" } else { "False" };
         let patch = json!({"status": {
             "phase": "Running",
             "podIP": self.pod_ip,
@@ -741,24 +790,27 @@ impl PodRun {
             "conditions": [
                 {"type": "PodScheduled", "status": "True"},
                 {"type": "Initialized", "status": "True"},
-                {"type": "ContainersReady", "status": "True"},
-                {"type": "Ready", "status": "True"},
+                {"type": "ContainersReady", "status": ready},
+                {"type": "Ready", "status": ready},
             ],
         }});
-        kubectl.ok(
-            &[
-                "patch",
-                "pod",
-                &self.pod_name,
-                "-n",
-                &self.namespace,
-                "--subresource=status",
-                "--type=merge",
-                "-p",
-                &patch.to_string(),
-            ],
-            "report the Pod Ready",
-        );
+        kubectl
+            .run(
+                &[
+                    "patch",
+                    "pod",
+                    &self.pod_name,
+                    "-n",
+                    &self.namespace,
+                    "--subresource=status",
+                    "--type=merge",
+                    "-p",
+                    &patch.to_string(),
+                ],
+                None,
+            )
+            .succeeded()
+            .map_err(|e| format!("report the status of Pod {}: {e}", self.pod_name))
     }
 
     fn container_pid(&self) -> u32 {
