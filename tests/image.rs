@@ -6,62 +6,15 @@
 //! chart's args (without `command`) are a `bookend serve` invocation that binary accepts.
 
 mod common;
+#[path = "common/dockerfile.rs"]
+mod dockerfile;
 
 use std::process::Command;
 
 use bookend::policy::load::yaml_documents;
 use common::root;
+use dockerfile::{Stage, stages};
 use serde_json::Value;
-
-/// One Dockerfile instruction: keyword (upper case) and its arguments, continuation lines
-/// joined, comments and parser directives left out.
-fn instructions(text: &str) -> Vec<(String, String)> {
-    let mut out = Vec::new();
-    let mut current = String::new();
-    for line in text.lines() {
-        let trimmed = line.trim();
-        if current.is_empty() && (trimmed.is_empty() || trimmed.starts_with('#')) {
-            continue;
-        }
-        if let Some(head) = trimmed.strip_suffix('\\') {
-            current.push_str(head);
-            current.push(' ');
-            continue;
-        }
-        current.push_str(trimmed);
-        let (keyword, args) = current.split_once(' ').unwrap_or((&current, ""));
-        out.push((keyword.to_uppercase(), args.trim().to_owned()));
-        current.clear();
-    }
-    out
-}
-
-struct Stage {
-    from: String,
-    name: Option<String>,
-    instructions: Vec<(String, String)>,
-}
-
-fn stages(text: &str) -> Vec<Stage> {
-    let mut out: Vec<Stage> = Vec::new();
-    for (keyword, args) in instructions(text) {
-        if keyword == "FROM" {
-            let words: Vec<&str> = args.split_whitespace().collect();
-            let name = match words.as_slice() {
-                [_, as_, name] if as_.eq_ignore_ascii_case("as") => Some((*name).to_owned()),
-                _ => None,
-            };
-            out.push(Stage {
-                from: words[0].to_owned(),
-                name,
-                instructions: Vec::new(),
-            });
-        } else if let Some(stage) = out.last_mut() {
-            stage.instructions.push((keyword, args));
-        }
-    }
-    out
-}
 
 fn one<'a>(stage: &'a Stage, keyword: &str) -> &'a str {
     let found: Vec<&str> = stage

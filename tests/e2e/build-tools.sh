@@ -116,6 +116,11 @@ build kubectl         "$K8SBINS" k8s.io/kubernetes/cmd/kubectl        "$K8S_LDFL
 build etcd            "$K8SBINS" ./cmd/etcd                            "-s -w"
 if [[ $TVDIR == "$E2E_DIR/tektonvalidate" ]]; then tv_pkg=.; else tv_pkg=./tektonvalidate; fi
 build tekton-validate "$TVDIR"   "$tv_pkg"                             "-s -w" "$TEKTON_BIN"
+# tests/chart_pod: the Deployment, ReplicaSet, EndpointSlice and disruption controllers, from the
+# same module as kube-apiserver. Like the runtime tools, built by default but not when ONLY
+# comes from the environment.
+[[ $(declare -p ONLY) == "declare -x"* ]] || ONLY+=" kube-controller-manager"
+build kube-controller-manager "$K8SBINS" k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_LDFLAGS"
 
 # Tekton CRDs, taken from the tektoncd/pipeline module (no GitHub access needed).
 #   crds/upstream/300-*.yaml  as shipped by Tekton

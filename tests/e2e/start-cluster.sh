@@ -8,6 +8,8 @@
 #        tests/e2e/stop-cluster.sh  [WORKDIR]
 # Env:   E2E_BIN_DIR  directory with etcd, kube-apiserver, kubectl, crds/ (default tests/e2e/bin/current)
 #        E2E_START_TIMEOUT  seconds to wait for readiness (default 120)
+#        E2E_APISERVER_ARGS  more kube-apiserver flags, split on spaces (tests/chart_pod:
+#          --enable-aggregator-routing=true)
 #        E2E_AUDIT_USERS  comma-separated user names whose requests the apiserver writes to
 #                         WORKDIR/audit.log (audit level Metadata, one JSON event per line)
 #
@@ -115,6 +117,7 @@ if [[ -n ${E2E_AUDIT_USERS:-} ]]; then
   AUDIT=(--audit-policy-file="$D/audit-policy.yaml" --audit-log-path="$D/audit.log"
          --audit-log-format=json --audit-log-mode=blocking)
 fi
+read -ra EXTRA_ARGS <<<"${E2E_APISERVER_ARGS:-}"
 setsid "$BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
@@ -127,7 +130,7 @@ setsid "$BIN/kube-apiserver" \
   --authorization-mode=RBAC \
   --disable-admission-plugins=ServiceAccount \
   --allow-privileged=true \
-  --v=1 "${AUDIT[@]}" \
+  --v=1 "${AUDIT[@]}" "${EXTRA_ARGS[@]}" \
   </dev/null >"$D/kube-apiserver.log" 2>&1 &
 echo $! >"$D/kube-apiserver.pid"
 API_URL="https://127.0.0.1:$API_PORT"

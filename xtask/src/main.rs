@@ -139,6 +139,15 @@ const TASKS: &[Task] = &[
         run: matrix::tekton_matrix,
     },
     Task {
+        name: "chart-pod",
+        args: "[ARGS...]",
+        about: "`setup`, then `cargo test --test chart_pod`: the chart's Pod from the image's contents",
+        run: |args| {
+            setup::prepare(setup::Scope::Everything)?;
+            run(cargo().args(["test", "--test", "chart_pod"]).args(args))
+        },
+    },
+    Task {
         name: "tools",
         args: "[TOOL...]",
         about: "tests/e2e/build-tools.sh: the Go tools of the tests, all or those named; cached",
