@@ -9,9 +9,9 @@ use serde_json::Value;
 use super::wire::RequestIn;
 use super::{Answer, Summary, TaskRunCheck, request_object};
 use crate::engine::{self, Decision, Lookup, Outcome, Request};
+use crate::patch::Operation;
 use crate::policy::PolicySet;
 use crate::tekton;
-use crate::patch::Operation;
 
 /// A TaskRun CREATE: the engine's decision, as `/mutate` injects it or as the backstop checks it.
 pub(super) fn taskrun(

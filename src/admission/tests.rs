@@ -275,7 +275,10 @@ fn the_backstop_refuses_marks_bookend_did_not_write() {
     let mut relabelled = injected.clone();
     relabelled["metadata"]["labels"]["bookend.dev/verify"] = json!("no");
     let m = denial_message(&validate(&create(relabelled)));
-    assert!(m.contains("changed /metadata/labels/bookend.dev~1verify"), "{m}");
+    assert!(
+        m.contains("changed /metadata/labels/bookend.dev~1verify"),
+        "{m}"
+    );
     // A TaskRun nothing is injected into at CREATE (its Task comes from a resolver) may not
     // carry the label either.
     let mut remote = taskrun();

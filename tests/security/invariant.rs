@@ -2,7 +2,7 @@
 //! I1 (`oracle`): forged and authentic records, reserved names and look-alikes, helper
 //! look-alikes, copies of org steps with conditions, every `taskRef` form, stepTemplate,
 //! podTemplate, stepSpecs, TaskRun-level resources, workspaces, annotations, sizes, what would
-//! give a step the network back under `userSteps.network: None` (I8); and
+//! give a step the network back under `userSteps.network: None` (I9); and
 //! bookend's own output, tampered with after admission (a re-invocation or a copied spec).
 //!
 //! `BOOKEND_SECURITY_CASES` sets the number of cases (default 3000). A failing seed is kept in
@@ -358,7 +358,7 @@ fn volumes() -> impl Strategy<Value = Option<Value>> {
 }
 
 /// Where a Pod may be scheduled: nowhere said, Linux said every way, and every way of saying
-/// (or allowing) Windows (I8: Tekton's Windows entrypoint ignores TEKTON_HERMETIC).
+/// (or allowing) Windows (I9: Tekton's Windows entrypoint ignores TEKTON_HERMETIC).
 fn node_choice() -> impl Strategy<Value = Value> {
     let terms = |expressions: Value| json!({"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": expressions}]}}}});
     let os = |operator: &str, values: Value| json!([{"key": "kubernetes.io/os", "operator": operator, "values": values}]);
@@ -571,7 +571,7 @@ fn no_hostile_taskrun_breaks_the_invariant() {
     );
 }
 
-/// I8 on its own: TaskRuns in `sealed-net` whose steps carry only env tricks (the jail's
+/// I9 on its own: TaskRuns in `sealed-net` whose steps carry only env tricks (the jail's
 /// variables, look-alikes, duplicates, valueFrom, envFrom, through the stepTemplate too), v1 and
 /// v1beta1, inline or by a local taskRef, so that most are admitted and the jail itself is
 /// what is checked (the mixed generator above refuses most of them for other fields).
@@ -626,7 +626,7 @@ fn no_env_trick_gives_an_authors_step_the_network() {
     );
 }
 
-/// I8 over where the Pod runs and what it mounts: TaskRuns in `sealed-net` with plain steps,
+/// I9 over where the Pod runs and what it mounts: TaskRuns in `sealed-net` with plain steps,
 /// inline or through a remote Task, whose podTemplate picks nodes every way (Windows included)
 /// and whose Task volumes, podTemplate volumes and workspace bindings take every source.
 #[test]
@@ -678,7 +678,7 @@ fn no_node_or_volume_choice_gives_an_authors_step_the_network() {
     );
 }
 
-/// I8 at the Pod (the backstop, `engine::hermetic::check_pod`): Pods as Tekton builds them for
+/// I9 at the Pod (the backstop, `engine::hermetic::check_pod`): Pods as Tekton builds them for
 /// a hermetic TaskRun, then changed the ways a Pod can be (Tekton's native sidecars, an author's
 /// init container, a Windows node, a remote volume mounted by an author's step, an org
 /// container jailed, an author's container not). Whatever the backstop lets through keeps

@@ -606,7 +606,9 @@ fn without_marks(taskrun: &Value) -> Value {
         }
     }
     object
-/// I8: under a policy with `userSteps.network: None`, every step of the author's is jailed as
+}
+
+/// I9: under a policy with `userSteps.network: None`, every step of the author's is jailed as
 /// the kubelet and Tekton's entrypoint read its env (the last entry of a name, `env` over
 /// `envFrom`; `TEKTON_HERMETIC` "1" and `TEKTON_RESOURCE_NAME` empty, both literal), runs
 /// nothing outside the entrypoint, and no org step is jailed; nothing that runs beside the steps
