@@ -674,7 +674,7 @@ fn test_runs_the_example_policy_tests() {
     );
     assert!(!stdout.contains("FAIL"), "{stdout}");
     assert!(
-        stdout.ends_with("19 passed, 0 failed (19 cases in 3 tests)\n"),
+        stdout.ends_with("21 passed, 0 failed (21 cases in 3 tests)\n"),
         "{stdout}"
     );
 }
