@@ -572,7 +572,12 @@ mod tests {
         // annotations are limited to 256 KiB per object: each CRD stays well below.
         for crd in &crds {
             let json = serde_json::to_string(crd).unwrap();
-            assert!(json.len() < 200_000, "{}: {} bytes", crd.spec.names.kind, json.len());
+            assert!(
+                json.len() < 200_000,
+                "{}: {} bytes",
+                crd.spec.names.kind,
+                json.len()
+            );
         }
     }
 }

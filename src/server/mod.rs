@@ -81,10 +81,6 @@ pub enum Error {
         "--source kubernetes: cannot reach the Kubernetes API (in-cluster service account or KUBECONFIG): {0}"
     )]
     Kubernetes(#[source] kube::Error),
-    #[error(
-        "--source kubernetes: cannot learn bookend's own user from the API server (a SelfSubjectReview, which every authenticated user may create on Kubernetes 1.28 and later): {0}"
-    )]
-    OwnUser(String),
     #[error(transparent)]
     Tls(#[from] TlsError),
     #[error("--policies: the policies are invalid (see `bookend validate`):\n{0}")]
@@ -154,12 +150,11 @@ async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
                 options.clone(),
                 metrics.clone(),
             ));
-            let settings = crate::policy::Settings {
-                own_user: Some(own_user(&client).await?),
-                ..config.settings.clone()
-            };
-            let source: Arc<dyn PolicySource> =
-                Arc::new(kubernetes::start(client.clone(), settings, metrics.clone()));
+            let source: Arc<dyn PolicySource> = Arc::new(kubernetes::start(
+                client.clone(),
+                config.settings.clone(),
+                metrics.clone(),
+            ));
             if options.verify_runs {
                 let reports = options.policy_reports.then(|| {
                     Reports::start(
@@ -216,29 +211,6 @@ async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
         },
         reload_interval: config.reload_interval,
     })
-}
-
-/// The user bookend acts as, as the API server authenticates it (a SelfSubjectReview): the
-/// identity that alone may change bookend's marks on TaskRuns. Asked, not configured, so it
-/// is right whatever credential bookend runs with (service account, kubeconfig).
-async fn own_user(client: &kube::Client) -> Result<String, Error> {
-    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-    let api: kube::Api<SelfSubjectReview> = kube::Api::all(client.clone());
-    let review = api
-        .create(
-            &kube::api::PostParams::default(),
-            &SelfSubjectReview::default(),
-        )
-        .await
-        .map_err(|e| Error::OwnUser(e.to_string()))?;
-    let user = review
-        .status
-        .and_then(|s| s.user_info)
-        .and_then(|u| u.username)
-        .filter(|u| !u.is_empty())
-        .ok_or_else(|| Error::OwnUser("the review names no user".to_owned()))?;
-    tracing::info!(user = %user, "bookend's own user: only it may change bookend's marks on TaskRuns");
-    Ok(user)
 }
 
 impl Bound {

@@ -235,6 +235,43 @@ pub fn reporter() -> Reporter {
     }
 }
 
+/// The user bookend acts as, as the API server authenticates it (a SelfSubjectReview, which
+/// every authenticated user may create on Kubernetes 1.28 and later): the identity that alone
+/// may change bookend's marks on TaskRuns. Asked, not configured, so it is right whatever
+/// credential bookend runs with (service account, kubeconfig). Retried (1 s, doubling to 30 s)
+/// until the API server answers with a user.
+async fn learn_own_user(client: &Client) -> String {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(client.clone());
+    let mut wait = Duration::from_secs(1);
+    loop {
+        let answer = api
+            .create(
+                &kube::api::PostParams::default(),
+                &SelfSubjectReview::default(),
+            )
+            .await;
+        let problem = match answer {
+            Ok(review) => match review
+                .status
+                .and_then(|s| s.user_info)
+                .and_then(|u| u.username)
+                .filter(|u| !u.is_empty())
+            {
+                Some(user) => {
+                    tracing::info!(user = %user, "bookend's own user: only it may change bookend's marks on TaskRuns");
+                    return user;
+                }
+                None => "the review names no user".to_owned(),
+            },
+            Err(error) => error.to_string(),
+        };
+        tracing::error!(%problem, retry_in = ?wait, "cannot learn bookend's own user from the API server (a SelfSubjectReview, which every authenticated user may create on Kubernetes 1.28 and later); not ready until it can");
+        tokio::time::sleep(wait).await;
+        wait = (wait * 2).min(Duration::from_secs(30));
+    }
+}
+
 /// Starts the reflectors and the policy rebuild task. Returns at once; the source turns ready
 /// once every cache has synced and the first policy set is built.
 pub fn start(client: Client, settings: Settings, metrics: Metrics) -> KubernetesSource {
@@ -320,6 +357,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         client: client.clone(),
     };
     let reporter = reporter();
+    let client_for_user = client.clone();
     let status = super::status::Writer::start(
         client,
         [cluster_policies.clone(), step_policies.clone()],
@@ -328,7 +366,16 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
     );
 
     let (rebuilt, now_ready) = (current.clone(), ready.clone());
+    let user_client = client_for_user;
     tokio::spawn(async move {
+        // Not ready (no policy set) until bookend knows who it is: the marks webhook lets only
+        // that user change bookend's marks. Asked again until the API server answers, so a
+        // replica that starts while the API server is unreachable waits, unready, instead of
+        // exiting.
+        let settings = Settings {
+            own_user: Some(learn_own_user(&user_client).await),
+            ..settings
+        };
         let synced = async {
             namespaces.wait_until_ready().await?;
             tasks.wait_until_ready().await?;
