@@ -109,6 +109,7 @@ fn main() -> std::process::ExitCode {
         let limits = ConnLimits {
             header_read_timeout: Duration::from_secs(5),
             drain_timeout: Duration::from_secs(20),
+            shutdown_linger: Duration::from_secs(2),
         };
         let answered = Arc::new(AtomicU64::new(0));
         let (mutate_patch, validate_patch) = match &args.patch_file {

@@ -446,9 +446,13 @@ fn shutdown_fits_in_the_grace_period() {
         .get("--drain-timeout")
         .map(|v| seconds(&v[0]))
         .unwrap_or(20.0);
+    let linger = flags
+        .get("--shutdown-linger")
+        .map(|v| seconds(&v[0]))
+        .unwrap_or(2.0);
     assert!(
-        grace > pre_stop + drain,
-        "terminationGracePeriodSeconds ({grace}) must exceed preStop ({pre_stop}) + drain ({drain})"
+        grace > pre_stop + linger + drain,
+        "terminationGracePeriodSeconds ({grace}) must exceed preStop ({pre_stop}) + linger ({linger}) + drain ({drain})"
     );
 }
 

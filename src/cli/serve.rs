@@ -91,6 +91,11 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long in-flight requests may take to finish before exit.
     #[arg(long, default_value = "20s", value_name = "DURATION", value_parser = parse_duration)]
     pub drain_timeout: Duration,
+    /// On SIGTERM/SIGINT, how long the webhook listener still accepts and connections are
+    /// served as usual before the drain: the API server's view of the Service's endpoints lags,
+    /// and a connection it just dialled would otherwise be closed before its first request.
+    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    pub shutdown_linger: Duration,
     /// The Pod backstop (`POST /validate-pods`): `enforce` refuses a TaskRun's Pod that lacks
     /// the steps bookend injects on its path; `warn` admits it with a warning and a log line
     /// (to roll the backstop out).
@@ -200,6 +205,7 @@ impl ServeArgs {
             header_read_timeout: self.header_read_timeout,
             request_timeout: self.request_timeout,
             drain_timeout: self.drain_timeout,
+            shutdown_linger: self.shutdown_linger,
             reload_interval: self.reload_interval.max(Duration::from_millis(50)),
             pod_backstop: match self.pod_backstop {
                 PodBackstopArg::Enforce => PodBackstop::Enforce,

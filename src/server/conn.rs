@@ -1,8 +1,16 @@
 //! The TLS accept loop. Each accepted socket gets its own task for the handshake and the HTTP
 //! connection (h2 or http/1.1 by ALPN, hyper-util's auto builder), so one slow client never
-//! stalls the others. On shutdown the loop stops accepting and drains the open connections
-//! (in-flight requests finish) within a bound.
+//! stalls the others. On shutdown the loop keeps accepting and serving for a short linger, then
+//! stops accepting and drains the open connections (in-flight requests finish) within a bound.
+//!
+//! Why the linger: the API server picks an endpoint when it dials and keeps the connection; its
+//! view of the Service's endpoints can lag the Pod's termination. A connection it dialled just
+//! before the stop, still in the accept backlog or in its TLS handshake, would otherwise be
+//! reset or closed before its first request (hyper closes a connection asked to shut down
+//! before it served anything): the API server sees `EOF` and applies the webhook's
+//! failurePolicy, a skipped mutation or a refused TaskRun.
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,7 +19,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio_util::sync::CancellationToken;
 
 use super::tls::TlsStore;
@@ -24,9 +32,12 @@ pub struct ConnLimits {
     pub header_read_timeout: Duration,
     /// How long shutdown waits for open connections before giving up on them.
     pub drain_timeout: Duration,
+    /// How long after the stop the listener still accepts and connections are served as usual
+    /// before they are asked to finish.
+    pub shutdown_linger: Duration,
 }
 
-/// Accepts until `stop` is cancelled, then drains.
+/// Accepts until `stop` is cancelled and for the linger after it, then drains.
 pub async fn serve_tls(
     listener: TcpListener,
     tls: Arc<TlsStore>,
@@ -36,60 +47,35 @@ pub async fn serve_tls(
     stop: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
+    let accept = |socket: TcpStream, peer: SocketAddr| {
+        spawn_connection(socket, peer, &tls, &router, limits, &metrics, &graceful);
+    };
     loop {
         let accepted = tokio::select! {
             biased;
             () = stop.cancelled() => break,
             accepted = listener.accept() => accepted,
         };
-        let (socket, peer) = match accepted {
-            Ok(a) => a,
-            Err(error) => {
-                // EMFILE and friends: back off instead of spinning.
-                tracing::warn!(%error, "accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let _ = socket.set_nodelay(true);
-        let acceptor = tls.acceptor();
-        let watcher = graceful.watcher();
-        let router = router.clone();
-        let metrics = metrics.clone();
-        let open = metrics.connection();
-        tokio::spawn(async move {
-            let _open = open;
-            let handshake =
-                tokio::time::timeout(limits.header_read_timeout, acceptor.accept(socket)).await;
-            let stream = match handshake {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(error)) => {
-                    metrics.tls_handshake_error();
-                    tracing::debug!(%peer, %error, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    metrics.tls_handshake_error();
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
+        match accepted {
+            Ok((socket, peer)) => accept(socket, peer),
+            Err(error) => accept_failed(error).await,
+        }
+    }
+    if !limits.shutdown_linger.is_zero() {
+        tracing::info!(linger = ?limits.shutdown_linger, "still accepting and serving for the linger");
+        let linger = tokio::time::sleep(limits.shutdown_linger);
+        tokio::pin!(linger);
+        loop {
+            let accepted = tokio::select! {
+                biased;
+                () = &mut linger => break,
+                accepted = listener.accept() => accepted,
             };
-            let mut builder = auto::Builder::new(TokioExecutor::new());
-            builder
-                .http1()
-                .timer(TokioTimer::new())
-                .header_read_timeout(limits.header_read_timeout);
-            builder
-                .http2()
-                .timer(TokioTimer::new())
-                .keep_alive_interval(Some(Duration::from_secs(30)))
-                .keep_alive_timeout(Duration::from_secs(10));
-            let service = TowerToHyperService::new(router);
-            let connection = builder.serve_connection(TokioIo::new(stream), service);
-            if let Err(error) = watcher.watch(connection).await {
-                tracing::debug!(%peer, %error, "connection ended with an error");
+            match accepted {
+                Ok((socket, peer)) => accept(socket, peer),
+                Err(error) => accept_failed(error).await,
             }
-        });
+        }
     }
     drop(listener);
     let open = graceful.count();
@@ -105,4 +91,61 @@ pub async fn serve_tls(
             "connections still open after the drain timeout; closing them"
         );
     }
+}
+
+/// EMFILE and friends: back off instead of spinning.
+async fn accept_failed(error: std::io::Error) {
+    tracing::warn!(%error, "accept failed");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+/// The handshake and the HTTP connection of one accepted socket, on a task of its own.
+fn spawn_connection(
+    socket: TcpStream,
+    peer: SocketAddr,
+    tls: &TlsStore,
+    router: &Router,
+    limits: ConnLimits,
+    metrics: &Metrics,
+    graceful: &GracefulShutdown,
+) {
+    let _ = socket.set_nodelay(true);
+    let acceptor = tls.acceptor();
+    let watcher = graceful.watcher();
+    let router = router.clone();
+    let metrics = metrics.clone();
+    let open = metrics.connection();
+    tokio::spawn(async move {
+        let _open = open;
+        let handshake =
+            tokio::time::timeout(limits.header_read_timeout, acceptor.accept(socket)).await;
+        let stream = match handshake {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(error)) => {
+                metrics.tls_handshake_error();
+                tracing::debug!(%peer, %error, "TLS handshake failed");
+                return;
+            }
+            Err(_) => {
+                metrics.tls_handshake_error();
+                tracing::debug!(%peer, "TLS handshake timed out");
+                return;
+            }
+        };
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .keep_alive_interval(Some(Duration::from_secs(30)))
+            .keep_alive_timeout(Duration::from_secs(10));
+        let service = TowerToHyperService::new(router);
+        let connection = builder.serve_connection(TokioIo::new(stream), service);
+        if let Err(error) = watcher.watch(connection).await {
+            tracing::debug!(%peer, %error, "connection ended with an error");
+        }
+    });
 }

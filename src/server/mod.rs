@@ -69,6 +69,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     pub request_timeout: Duration,
     pub drain_timeout: Duration,
+    /// On shutdown, how long the listener still accepts and connections are served as usual.
+    pub shutdown_linger: Duration,
     pub reload_interval: Duration,
     /// What `/validate-pods` does with a TaskRun Pod that lacks steps.
     pub pod_backstop: PodBackstop,
@@ -208,6 +210,7 @@ async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
         limits: ConnLimits {
             header_read_timeout: config.header_read_timeout,
             drain_timeout: config.drain_timeout,
+            shutdown_linger: config.shutdown_linger,
         },
         reload_interval: config.reload_interval,
     })
@@ -278,7 +281,7 @@ impl Bound {
         );
 
         shutdown.await;
-        tracing::info!(drain_timeout = ?limits.drain_timeout, "shutting down: no new connections, finishing in-flight requests");
+        tracing::info!(drain_timeout = ?limits.drain_timeout, "shutting down: not ready; serving on for the linger, then no new connections, finishing in-flight requests");
         state.ready.store(false, Ordering::Release);
         stop_webhook.cancel();
         let _ = webhook_task.await;

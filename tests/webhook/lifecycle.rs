@@ -301,6 +301,53 @@ async fn shutdown_finishes_requests_in_flight() {
 }
 
 #[tokio::test]
+async fn connections_dialled_around_the_stop_are_served_during_the_linger() {
+    let mut server = TestServer::start(Options {
+        shutdown_linger: Duration::from_secs(5),
+        ..Options::default()
+    })
+    .await;
+    let review = body(&sample_review());
+    let head = json_request_head("POST", "/mutate?timeout=10s", review.len());
+
+    // The API server dialled this replica just before its stop (its view of the Service's
+    // endpoints lags): the TCP connection exists, the TLS handshake and the request come after.
+    let early = TcpStream::connect(server.addr).await.unwrap();
+    server.trigger_shutdown();
+    eventually("/readyz to turn 503", Duration::from_secs(10), || async {
+        reqwest::get(format!("http://{}/readyz", server.admin))
+            .await
+            .is_ok_and(|r| r.status() == 503)
+    })
+    .await;
+    let mut early = raw_tls_over(&server, early).await;
+    early
+        .write_all(&[head.as_bytes(), &review].concat())
+        .await
+        .unwrap();
+    let (status, body) = read_response(&mut early).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["patchType"], "JSONPatch");
+
+    // A connection dialled after the stop, within the linger: served too (HTTP/2 and 1.1).
+    for client in [server.h2(), server.h1()] {
+        let (status, answer) = post(&client, &server.url("/mutate"), review.clone()).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+
+    // Then the listener closes and the drain ends the server.
+    eventually("the listener to close", Duration::from_secs(15), || async {
+        TcpStream::connect(server.addr).await.is_err()
+    })
+    .await;
+    tokio::time::timeout(Duration::from_secs(15), server.handle.take().unwrap())
+        .await
+        .expect("run returns after the linger and the drain")
+        .unwrap();
+}
+
+#[tokio::test]
 async fn drain_is_bounded_when_a_request_never_finishes() {
     let mut server = TestServer::start(Options {
         drain_timeout: Duration::from_millis(300),

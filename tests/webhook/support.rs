@@ -153,6 +153,7 @@ pub struct Options {
     pub header_read_timeout: Duration,
     pub request_timeout: Duration,
     pub drain_timeout: Duration,
+    pub shutdown_linger: Duration,
     pub reload_interval: Duration,
 }
 
@@ -166,6 +167,7 @@ impl Default for Options {
             header_read_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(10),
             drain_timeout: Duration::from_secs(10),
+            shutdown_linger: Duration::ZERO,
             reload_interval: Duration::from_millis(100),
         }
     }
@@ -213,6 +215,7 @@ impl TestServer {
             header_read_timeout: options.header_read_timeout,
             request_timeout: options.request_timeout,
             drain_timeout: options.drain_timeout,
+            shutdown_linger: options.shutdown_linger,
             reload_interval: options.reload_interval,
             pod_backstop: Default::default(),
         };
@@ -406,6 +409,15 @@ pub fn apply_patch(response: &Value, object: &Value) -> Value {
 pub async fn raw_tls(
     server: &TestServer,
 ) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    raw_tls_over(server, tcp).await
+}
+
+/// TLS (HTTP/1.1 by ALPN) over a TCP connection to `server` made earlier.
+pub async fn raw_tls_over(
+    server: &TestServer,
+    tcp: tokio::net::TcpStream,
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
     roots
@@ -419,7 +431,6 @@ pub async fn raw_tls(
     .with_root_certificates(roots)
     .with_no_client_auth();
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
         .connect(rustls_pki_types::ServerName::try_from(HOST).unwrap(), tcp)
         .await
