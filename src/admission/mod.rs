@@ -142,9 +142,7 @@ pub fn review(endpoint: Endpoint, body: &[u8], set: &PolicySet, lookup: &dyn Loo
     let answer = match route {
         Route::TaskRun(check) => taskruns::taskrun(check, &request, set, lookup, &mut summary),
         Route::ResolvedTask => taskruns::resolved_task(&request, set, lookup, &mut summary),
-        Route::TaskRunUpdate => {
-            marks::taskrun_update(&request, set.settings().own_user.as_deref(), controller)
-        }
+        Route::TaskRunUpdate => marks::taskrun_update(&request, set.settings().own_user.as_deref()),
         Route::PolicyObject => request_object(&request).map(|object| policy_object(object, set)),
         // A Pod reaches `review` only when called with `Endpoint::ValidatePods` directly; the
         // server answers Pods through `pods`, so here one is admitted untouched.

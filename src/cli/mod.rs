@@ -148,8 +148,7 @@ pub struct EngineArgs {
     #[arg(long, default_value = "65532", env = "BOOKEND_HELPER_RUN_AS_USER", value_parser = parse_run_as_user)]
     pub helper_run_as_user: RunAsUser,
     /// User of Tekton's controller: its dry-run Task CREATEs (remote Task resolution) get the
-    /// steps of policies whose criteria are all namespace-level, and it may copy bookend's
-    /// record and label from such a Task into the TaskRun (the marks webhook).
+    /// steps of policies whose criteria are all namespace-level.
     #[arg(long, default_value = crate::policy::DEFAULT_TEKTON_CONTROLLER, env = "BOOKEND_TEKTON_CONTROLLER")]
     pub tekton_controller: String,
     /// The cluster's Tekton Pipelines version (v0.62.0 or later): policies that need what it

@@ -89,48 +89,24 @@ pub fn decide_resolved_task(
     };
     let injection = match result {
         Err(denial) => return decision.deny(denial),
-        Ok(injection) => injection,
+        Ok(None) => return decision,
+        Ok(Some(injection)) => injection,
     };
     let mut new_task = task.clone();
-    // Tekton's controller copies the Task's labels and annotations into the TaskRun it runs
-    // for: a mark bookend did not write here (the resolver's Task is anyone's) must not reach
-    // it. bookend's own go with the record: the label makes the post-run watch see the TaskRun.
-    drop_marks(&mut new_task);
-    let injected = injection.is_some();
-    if let Some(injection) = injection {
-        Injection::set_members(injection.task_spec_members, &mut new_task["spec"]);
-        if let Some(record) = injection.record {
-            set_metadata_entry(&mut new_task, "annotations", record::ANNOTATION, record);
-            set_metadata_entry(
-                &mut new_task,
-                "labels",
-                record::LABEL,
-                record::LABEL_VALUE.to_owned(),
-            );
-        }
+    Injection::set_members(injection.task_spec_members, &mut new_task["spec"]);
+    if let Some(record) = injection.record {
+        set_metadata_entry(&mut new_task, "annotations", record::ANNOTATION, record);
     }
     let ops = patch::diff(task, &new_task);
     if ops.is_empty() {
         return decision;
     }
-    if injected {
-        decision.injected = applied
-            .iter()
-            .map(|p| (p.id.to_string(), p.step_names().count()))
-            .collect();
-    }
+    decision.injected = applied
+        .iter()
+        .map(|p| (p.id.to_string(), p.step_names().count()))
+        .collect();
     decision.outcome = Outcome::Mutated;
     decision.patch = ops;
     decision.object = new_task;
     decision
-}
-
-/// Removes every label and annotation under `bookend.dev/` from a resolved Task.
-fn drop_marks(task: &mut Value) {
-    for map in ["labels", "annotations"] {
-        if let Some(Value::Object(entries)) = task.get_mut("metadata").and_then(|m| m.get_mut(map))
-        {
-            entries.retain(|key, _| !key.starts_with(record::MARK_PREFIX));
-        }
-    }
 }

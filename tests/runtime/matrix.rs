@@ -137,10 +137,12 @@ pub fn check_refused_policies(
         let namespace = policy["spec"]["match"]["namespaces"][0]
             .as_str()
             .expect("a test policy names its namespace");
+        // Two steps: with one, an Always policy without pre-steps needs no gate (no step
+        // `when`), which this Tekton would run; bookend decides per policy, for every TaskRun.
         let mut taskrun = crate::runs::taskrun(
             namespace,
             "refused",
-            json!({"steps": [crate::runs::step("work", "")]}),
+            json!({"steps": [crate::runs::step("work", ""), crate::runs::step("more", "")]}),
         );
         if let Some(labels) = policy["spec"]["match"]["selector"]["matchLabels"].as_object() {
             taskrun["metadata"]["labels"] = Value::Object(labels.clone());

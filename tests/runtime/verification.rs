@@ -74,19 +74,30 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
         "verify-cancelled",
         two(step("build", "sleep 120")),
     ));
+    // Every step's container runs from the start (Tekton's entrypoint waits for the step
+    // before): `build` executes once every step before it is terminated in Tekton's status.
+    // Cancelled before that, Tekton marks the steps still running (the org pre-step too)
+    // cancelled, and the verdict rightly names the pre-step.
     poll(
-        "verify-cancelled's step build running",
+        "verify-cancelled's step build running, the steps before it done",
         Duration::from_secs(120),
         || {
             let object = env
                 .kubectl
                 .get(&["taskrun", "-n", ALWAYS, &cancelled_name])?;
-            let running = object["status"]["steps"]
+            let steps: Vec<&Value> = object["status"]["steps"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .any(|s| s["name"] == "build" && s.get("running").is_some());
-            running.then_some(()).ok_or_else(|| "not yet".to_owned())
+                .collect();
+            let build = steps.iter().position(|s| s["name"] == "build");
+            let ready = build.is_some_and(|b| {
+                steps[b].get("running").is_some()
+                    && steps[..b]
+                        .iter()
+                        .all(|s| s["terminated"]["exitCode"] == json!(0))
+            });
+            ready.then_some(()).ok_or_else(|| "not yet".to_owned())
         },
     );
     env.kubectl.ok(

@@ -235,12 +235,6 @@ spec:
             .get(record::ANNOTATION)
             .is_some()
     );
-    // The label goes with the record: Tekton's controller copies both into the TaskRun, and
-    // the post-run watch selects by the label.
-    assert_eq!(
-        d.object["metadata"]["labels"][record::LABEL],
-        json!(record::LABEL_VALUE)
-    );
     assert_eq!(apply(&task, &d.patch), d.object);
     let again = decide_resolved_task(
         Request {
@@ -251,45 +245,4 @@ spec:
         &Catalog::default(),
     );
     assert!(again.patch.is_empty(), "{:?}", again.patch);
-}
-
-#[test]
-fn a_resolved_task_loses_the_marks_bookend_did_not_write() {
-    let forged = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-        "metadata": {"name": "3f1c", "namespace": "team-a",
-            "labels": {"app": "a", "bookend.dev/verify": "true", "bookend.dev/other": "x"},
-            "annotations": {"note": "n", "bookend.dev/verified": "{}",
-                "bookend.dev/injected": "{\"policies\":[]}"}},
-        "spec": {"steps": [{"name": "build", "image": "go"}]}});
-    let dry_run = |object| Request {
-        dry_run: true,
-        ..request(object)
-    };
-    // No policy applies: only the marks go, nothing is injected.
-    let none = policies("");
-    let d = decide_resolved_task(dry_run(&forged), &none, &Catalog::default());
-    assert_eq!(d.outcome, Outcome::Mutated);
-    assert!(d.injected.is_empty());
-    assert_eq!(d.object["metadata"]["labels"], json!({"app": "a"}));
-    assert_eq!(d.object["metadata"]["annotations"], json!({"note": "n"}));
-    assert_eq!(apply(&forged, &d.patch), d.object);
-    // A policy applies: bookend's record and label replace the forged ones, the verified
-    // mark is gone.
-    let set = policies(PRE_POST);
-    let d = decide_resolved_task(dry_run(&forged), &set, &Catalog::default());
-    assert_eq!(d.outcome, Outcome::Mutated);
-    let labels = d.object["metadata"]["labels"].as_object().unwrap();
-    assert_eq!(
-        labels.keys().collect::<Vec<_>>(),
-        ["app", record::LABEL],
-        "{labels:?}"
-    );
-    let annotations = d.object["metadata"]["annotations"].as_object().unwrap();
-    assert_eq!(
-        annotations.keys().collect::<Vec<_>>(),
-        [record::ANNOTATION, "note"]
-    );
-    let written = record::Record::parse(annotations[record::ANNOTATION].as_str().unwrap()).unwrap();
-    assert!(!written.policies.is_empty());
-    assert_eq!(apply(&forged, &d.patch), d.object);
 }

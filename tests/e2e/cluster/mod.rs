@@ -61,7 +61,7 @@ use status::{
 };
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 use verification::{
-    scenario_post_run_verification, scenario_remote_taskruns_are_verified,
+    scenario_post_run_verification, scenario_remote_marks_and_unmarkable_taskruns,
     scenario_verification_cannot_be_escaped,
 };
 
@@ -295,8 +295,8 @@ fn real_apiserver_calls_bookend() {
             scenario_verification_cannot_be_escaped,
         ),
         (
-            "post-run verification of remote-resolver TaskRuns (the controller copies bookend's marks) and of unmarkable ones",
-            scenario_remote_taskruns_are_verified,
+            "post-run verification: a resolved Task's marks are not copied into the TaskRun; unmarkable TaskRuns get their verdict",
+            scenario_remote_marks_and_unmarkable_taskruns,
         ),
         (
             "openreports: auto finds the Report CRD and writes there",

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::kube::poll;
 
 use super::bookend::Bookend;
-use super::objects::{metadata_str, step_names, step_names_of, taskrun};
+use super::objects::{metadata_str, step_names, taskrun};
 use super::{Ctx, TEAM_A};
 
 const VERIFIED: &str = "bookend.dev/verified";
@@ -531,7 +531,7 @@ fn has_marks(object: &Value) -> bool {
     })
 }
 
-pub(super) fn scenario_remote_taskruns_are_verified(ctx: &mut Ctx) -> String {
+pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> String {
     // A TaskRun whose Task a resolver fetches: nothing to inject at CREATE, and the marks the
     // author wrote are dropped.
     let remote = |name: &str| {
@@ -550,43 +550,12 @@ pub(super) fn scenario_remote_taskruns_are_verified(ctx: &mut Ctx) -> String {
         .json();
     assert!(!has_marks(&created), "{}", created["metadata"]);
 
-    // Tekton's controller dry-run-creates the resolved Task (here with marks of its own, as a
-    // resolver's Task may carry anything): bookend injects, writes its record and the label,
-    // drops the rest.
+    // Tekton's controller keeps the resolved Task's own metadata after its dry-run CREATE
+    // (readRuntimeObjectAsTask: `mutatedTask.ObjectMeta = obj.ObjectMeta`) and copies the
+    // Task's labels and annotations into the TaskRun (storeTaskSpecAndMergeMeta, an Update as
+    // its identity). A resolver's Task is anyone's (a git repository), so marks it carries are
+    // the author's: the controller's copy of them is refused, like anyone's.
     let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
-    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-        "metadata": {"name": "remote-build", "namespace": TEAM_A,
-            "labels": {"app": "build", "bookend.dev/other": "x"},
-            "annotations": {VERIFIED: "{}", "bookend.dev/injected": "{\"policies\":[]}"}},
-        "spec": {"steps": [{"name": "build", "image": "docker.io/library/alpine:3.20",
-                            "script": "echo remote"}]}});
-    let resolved = poll(
-        "the controller's dry-run Task CREATE",
-        Duration::from_secs(30),
-        || {
-            let out = ctx
-                .cluster
-                .with_object(&["create", "--dry-run=server", &as_controller], &task);
-            out.succeeded().map(|()| out)
-        },
-    )
-    .json();
-    let meta = &resolved["metadata"];
-    assert_eq!(
-        meta["labels"]["bookend.dev/verify"],
-        json!("true"),
-        "{meta}"
-    );
-    assert_eq!(meta["labels"]["app"], json!("build"));
-    assert!(meta["labels"].get("bookend.dev/other").is_none(), "{meta}");
-    assert!(meta["annotations"].get(VERIFIED).is_none(), "{meta}");
-    let record = meta["annotations"]["bookend.dev/injected"]
-        .as_str()
-        .expect("bookend's record on the resolved Task");
-    assert!(record.contains(SBOM), "{record}");
-
-    // The controller copies the Task's labels and annotations into the TaskRun (Tekton's
-    // storeTaskSpecAndMergeMeta, then an Update as its identity): replayed here as it does it.
     let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
          "metadata": {"name": "e2e-tekton-controller-taskruns"},
@@ -601,106 +570,29 @@ pub(super) fn scenario_remote_taskruns_are_verified(ctx: &mut Ctx) -> String {
     ctx.cluster
         .apply(&rbac)
         .expect_ok("RBAC for the impersonated controller");
-    let copy = |taskrun: &Value| {
-        let mut copied = taskrun.clone();
-        for map in ["labels", "annotations"] {
-            let mut merged = meta[map].as_object().cloned().unwrap_or_default();
-            for (k, v) in taskrun["metadata"][map].as_object().into_iter().flatten() {
-                merged.insert(k.clone(), v.clone());
-            }
-            copied["metadata"][map] = Value::Object(merged);
-        }
-        copied["metadata"]["labels"]["tekton.dev/task"] = json!("remote-build");
-        copied
-    };
+    let record = r#"{"policies":[{"policy":"ClusterStepPolicy/org-sbom","hash":"0","steps":["bookend-sbom"]}]}"#;
     let current = ctx
         .cluster
         .get_json(&["taskrun", "verify-remote", "-n", TEAM_A], "the TaskRun");
-    let updated = poll(
-        "the controller's TaskRun update",
-        Duration::from_secs(30),
-        || {
-            let out = ctx
-                .cluster
-                .with_object(&["replace", &as_controller], &copy(&current));
-            out.succeeded().map(|()| out)
-        },
-    )
-    .json();
-    assert_eq!(
-        updated["metadata"]["labels"]["bookend.dev/verify"],
-        json!("true")
-    );
-    assert_eq!(
-        updated["metadata"]["annotations"]["bookend.dev/injected"],
-        json!(record)
-    );
-
-    // Only the controller, only adding both to a TaskRun without marks: the author's same
-    // update is refused, and so is the controller's verified mark afterwards.
-    ctx.cluster
-        .create(&remote("verify-remote-author"))
-        .expect_ok("create a second remote-resolver TaskRun");
-    let other = ctx.cluster.get_json(
-        &["taskrun", "verify-remote-author", "-n", TEAM_A],
-        "the TaskRun",
-    );
-    let out = ctx.cluster.with_object(&["replace"], &copy(&other));
-    assert!(
-        !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
-        "the author may not copy bookend's marks: {}",
-        out.stderr
-    );
-    let out = ctx.cluster.kubectl(&[
-        "annotate",
-        &as_controller,
-        "taskrun",
-        "verify-remote",
-        "bookend.dev/verified={}",
-        "-n",
-        TEAM_A,
-    ]);
-    assert!(
-        !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
-        "{}",
-        out.stderr
-    );
-
-    // Tekton finishes it with the resolved Task's spec in its status: bookend's watch sees it
-    // (the label) and verifies it against the record.
-    let steps: Vec<Value> = step_names_of(&resolved["spec"])
-        .iter()
-        .map(|step| step_state(step, 0, "Completed"))
-        .collect();
-    let status = json!({"status": {
-        "conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded",
-                        "message": "written by the e2e scenario",
-                        "lastTransitionTime": "2026-02-01T10:01:00Z"}],
-        "podName": "verify-remote-pod",
-        "startTime": "2026-02-01T10:00:00Z",
-        "completionTime": "2026-02-01T10:01:00Z",
-        "taskSpec": resolved["spec"],
-        "steps": steps,
-    }});
-    ctx.cluster
-        .kubectl(&[
-            "patch",
-            "taskrun",
-            "verify-remote",
-            "-n",
-            TEAM_A,
-            "--subresource=status",
-            "--type=merge",
-            "-p",
-            &status.to_string(),
-        ])
-        .expect_ok("write the TaskRun's status");
-    assert_eq!(poll_mark(ctx, "verify-remote")[SBOM], json!("pass"));
-    for name in ["verify-remote", "verify-remote-author"] {
-        ctx.cluster
-            .kubectl(&["delete", "taskrun", name, "-n", TEAM_A])
-            .expect_ok("delete the scenario's TaskRun");
+    let mut copied = current.clone();
+    copied["metadata"]["labels"]["bookend.dev/verify"] = json!("true");
+    copied["metadata"]["labels"]["tekton.dev/task"] = json!("remote-build");
+    copied["metadata"]["annotations"]["bookend.dev/injected"] = json!(record);
+    for who in [as_controller.as_str(), ""] {
+        let args: Vec<&str> = ["replace", who]
+            .into_iter()
+            .filter(|a| !a.is_empty())
+            .collect();
+        let out = ctx.cluster.with_object(&args, &copied);
+        assert!(
+            !out.ok() && out.stderr.contains(MARKS_WEBHOOK),
+            "a remote Task's marks copied into the TaskRun ({who:?}) must be refused: {}",
+            out.stderr
+        );
     }
+    ctx.cluster
+        .kubectl(&["delete", "taskrun", "verify-remote", "-n", TEAM_A])
+        .expect_ok("delete the scenario's TaskRun");
 
     // A TaskRun whose annotations leave no room for the mark (the API server refuses it with
     // 422): its verdict anyway, once in this bookend process, counted as unmarkable.
@@ -743,7 +635,7 @@ pub(super) fn scenario_remote_taskruns_are_verified(ctx: &mut Ctx) -> String {
         .kubectl(&["delete", "taskrun", "verify-full", "-n", TEAM_A])
         .expect_ok("delete the unmarkable TaskRun");
     format!(
-        "remote-resolver TaskRun: marks from the dry-run Task, copied by the controller (the author's copy refused), verified pass; unmarkable TaskRun: verdict once ({} Event)",
+        "remote-resolver TaskRun: forged marks dropped at CREATE, a resolved Task's marks copied by the controller refused; unmarkable TaskRun: verdict once ({} Event)",
         warning.0
     )
 }
