@@ -303,8 +303,11 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
             unmutated,
             "status.taskSpec"
         );
+        // Tekton v1.x initialises them before creating the Pod; v0.62 leaves them unset.
         let states = &run.object["status"]["steps"];
-        assert_eq!(names(states), unmutated, "status.steps: {states}");
+        if !states.is_null() {
+            assert_eq!(names(states), unmutated, "status.steps: {states}");
+        }
         for state in states.as_array().into_iter().flatten() {
             for key in ["terminated", "running", "waiting"] {
                 assert!(state.get(key).is_none(), "a step state: {state}");
