@@ -94,7 +94,7 @@ pub struct ServeArgs {
     /// On SIGTERM/SIGINT, how long the webhook listener still accepts and connections are
     /// served as usual before the drain: the API server's view of the Service's endpoints lags,
     /// and a connection it just dialled would otherwise be closed before its first request.
-    #[arg(long, default_value = "2s", value_name = "DURATION", value_parser = parse_duration)]
+    #[arg(long, default_value = "2s", env = "BOOKEND_SHUTDOWN_LINGER", value_name = "DURATION", value_parser = parse_duration)]
     pub shutdown_linger: Duration,
     /// The Pod backstop (`POST /validate-pods`): `enforce` refuses a TaskRun's Pod that lacks
     /// the steps bookend injects on its path; `warn` admits it with a warning and a log line

@@ -160,17 +160,21 @@ fn two_replicas_behind_the_service_readiness_the_pdb_and_a_replacement() {
     let _controllers = ControllerManager::start(&work, kubectl);
 
     // The chart's defaults: the webhooks call the Service, with the generated certificate.
-    helm(
-        kubectl,
-        &[
-            "install",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-        ],
-    );
+    // Development only: `BOOKEND_CHART_POD_SET=a=b,c=d` adds `--set` values (to compare
+    // settings, e.g. `extraEnv[0].name=BOOKEND_SHUTDOWN_LINGER,extraEnv[0].value=0s`).
+    let extra = std::env::var("BOOKEND_CHART_POD_SET").unwrap_or_default();
+    let mut args = vec![
+        "install",
+        RELEASE,
+        "charts/bookend",
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+    ];
+    if !extra.is_empty() {
+        args.extend(["--set", extra.as_str()]);
+    }
+    helm(kubectl, &args);
     let image = Arc::new(Image::assemble(
         &work.join("image"),
         &root().join("Dockerfile"),
