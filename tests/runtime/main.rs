@@ -418,18 +418,8 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
 /// A scenario that fails on a line because bookend does not model that Tekton's behaviour yet:
 /// skipped there, with the gap named (and shown in docs/compatibility.md's table).
 fn known_gap(line: &Line, scenario: &str) -> Option<&'static str> {
-    use bookend::tekton::cluster::Version;
-    let version = line.cluster.version;
-    if version >= Version::new(1, 0, 0) {
-        if version < Version::new(1, 11, 0) && scenario.starts_with("17 ") {
-            return Some(
-                "known gap: `bookend render`'s PipelineRun preview gives a child TaskRun the \
-                 PipelineRun's `timeouts.tasks` (or `finally`) when longer than the default \
-                 (Tekton's `pipelineRunTimeout`, since v1.11.0) and `taskRunSpecs[].timeout` \
-                 (since v1.4.0); this Tekton's `createTaskRun` sets `spec.timeout` only from the \
-                 pipeline task's `timeout`",
-            );
-        }
+    let before_v1 = line.cluster.version < bookend::tekton::cluster::Version::new(1, 0, 0);
+    if !before_v1 {
         return None;
     }
     if scenario.starts_with("14 ") {
@@ -583,6 +573,13 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
         always_degraded: !line
             .lacking(&[Feature::StepWhen, Feature::StepResults])
             .is_empty(),
+        tekton_args: std::iter::once(format!("--tekton-version={}", line.version))
+            .chain(
+                line.flags
+                    .iter()
+                    .map(|(k, v)| format!("--tekton-feature-flag={k}={v}")),
+            )
+            .collect(),
     };
     let mut summary = Vec::new();
     // The policies this Tekton cannot run: bookend must refuse them and their TaskRuns.
