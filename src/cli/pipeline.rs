@@ -7,6 +7,7 @@ use serde_json::Value;
 
 use crate::engine::Catalog;
 use crate::tekton::TaskRunView;
+use crate::tekton::cluster::Version;
 use crate::tekton::pipeline::{self, Child, PIPELINE_RUN_LABEL, PIPELINE_TASK_LABEL, Run, When};
 
 /// Whether a document is a PipelineRun.
@@ -22,12 +23,14 @@ pub fn is_pipeline_run(doc: &Value) -> bool {
 /// Pipeline's order (`tasks`, then `finally`); what each PipelineTask gives is said in `notes`,
 /// one line each. A PipelineRun that cannot be expanded is an error naming it. `namespace`,
 /// when given, is where the PipelineRuns are created (`render --namespace`), whatever their
-/// metadata says; otherwise theirs, else `default_namespace`.
+/// metadata says; otherwise theirs, else `default_namespace`. The TaskRuns are those the
+/// controller of Tekton `version` creates (`--tekton-version`; the newest by default).
 pub fn expand(
     docs: Vec<Value>,
     catalog: &Catalog,
     default_namespace: &str,
     namespace: Option<&str>,
+    version: Version,
     notes: &mut Vec<String>,
 ) -> Result<Vec<Value>, String> {
     let mut out = Vec::with_capacity(docs.len());
@@ -58,7 +61,7 @@ pub fn expand(
                 .and_then(Value::as_str)
                 .unwrap_or("")
         );
-        let preview = pipeline::preview(&doc, default_namespace, &find)
+        let preview = pipeline::preview_for(&doc, default_namespace, &find, version)
             .map_err(|e| format!("{label}: {e}"))?;
         for note in &preview.notes {
             notes.push(format!("{label}: {note}"));

@@ -187,6 +187,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
         }
     };
     let inline_refused = settings.tekton.flags.inline_task_spec_refused;
+    let tekton_version = settings.tekton.version;
     let set = match load_policies(&args.policies, settings) {
         Ok(s) => s,
         Err(code) => return code,
@@ -218,6 +219,7 @@ pub(super) fn run(args: &RenderArgs) -> u8 {
             &catalog,
             default_ns,
             args.namespace.as_deref(),
+            tekton_version,
             &mut notes,
         ) {
             Ok(values) => expanded.extend(values.into_iter().map(|value| Input {

@@ -3,8 +3,9 @@
 //!
 //! Pure: the PipelineRun and, for a `pipelineRef`, the Pipeline come in as JSON; the TaskRuns go
 //! out as JSON, as the controller builds them before it sends the CREATE (so before any
-//! admission webhook, bookend's included). Each rule follows Tekton v1.15.0, named by its
-//! upstream function (`pkg/reconciler/pipelinerun/`, `pkg/apis/pipeline/v1/`, knative's
+//! admission webhook, bookend's included). Each rule follows Tekton v1.15.0 (where an older
+//! release the cluster runs differs and the difference is known, that release: see
+//! [`preview_for`]), named by its upstream function (`pkg/reconciler/pipelinerun/`, `pkg/apis/pipeline/v1/`, knative's
 //! `kmeta`):
 //!
 //! - the PipelineRun's defaults (`PipelineRun.SetDefaults`, which the reconciler calls itself:
@@ -20,7 +21,8 @@
 //!   (`Matrix.FanOut`), and the TaskRun itself (`createTaskRun`: labels by
 //!   `combineTaskRunAndTaskSpecLabels`, annotations by `combineTaskRunAndTaskSpecAnnotations`,
 //!   the controller reference, `GetTaskRunSpec` for the service account, pod template, step and
-//!   sidecar specs, `pipelineRunTimeout` for the timeout, `getTaskrunWorkspaces`);
+//!   sidecar specs, `pipelineRunTimeout` for the timeout (since v1.11.0; and the
+//!   `taskRunSpecs` entry's `timeout` since v1.4.0), `getTaskrunWorkspaces`);
 //! - `when` expressions are stated; those without result references are evaluated, as the
 //!   controller does before it creates anything (a false one: no TaskRun).
 //!
@@ -31,7 +33,16 @@ use std::collections::{BTreeMap, BTreeSet};
 use md5::{Digest, Md5};
 use serde_json::{Map, Value, json};
 
+use super::cluster::{self, Version};
 use super::restrict_length;
+
+/// First Tekton whose `createTaskRun` gives a child TaskRun without a timeout of its own the
+/// PipelineRun's `timeouts.tasks` (or `finally`) when longer than the default
+/// (`pipelineRunTimeout`); before, `spec.timeout` comes from the pipeline task's only.
+const PIPELINE_RUN_TIMEOUT_SINCE: Version = Version::new(1, 11, 0);
+/// First Tekton with `taskRunSpecs[].timeout` (`PipelineTaskRunSpec.Timeout`, which overrides
+/// the pipeline task's); before, the field does not exist and is ignored.
+const TASK_RUN_SPEC_TIMEOUT_SINCE: Version = Version::new(1, 4, 0);
 
 /// Label with the PipelineRun's name on every TaskRun it creates.
 pub const PIPELINE_RUN_LABEL: &str = "tekton.dev/pipelineRun";
@@ -129,12 +140,27 @@ impl Child {
     }
 }
 
-/// Expands a `tekton.dev/v1` PipelineRun into what the controller creates. `namespace` is used
-/// when the PipelineRun has none; `pipeline` finds a Pipeline object by (namespace, name).
+/// Expands a `tekton.dev/v1` PipelineRun into what the newest Tekton's controller creates.
+/// `namespace` is used when the PipelineRun has none; `pipeline` finds a Pipeline object by
+/// (namespace, name).
 pub fn preview(
     pipeline_run: &Value,
     namespace: &str,
     pipeline: &dyn Fn(&str, &str) -> Option<Value>,
+) -> Result<Preview, PreviewError> {
+    preview_for(pipeline_run, namespace, pipeline, cluster::NEWEST)
+}
+
+/// [`preview`] as the controller of Tekton `version` creates the TaskRuns. Known differences
+/// from the newest: a child TaskRun's timeout (before v1.11.0 the PipelineRun's
+/// `timeouts.tasks`/`finally` do not reach it; before v1.4.0 neither does `taskRunSpecs[]`'s
+/// `timeout`). Found by running the runtime suite's scenario 17 on each Tekton line
+/// (docs/compatibility.md).
+pub fn preview_for(
+    pipeline_run: &Value,
+    namespace: &str,
+    pipeline: &dyn Fn(&str, &str) -> Option<Value>,
+    version: Version,
 ) -> Result<Preview, PreviewError> {
     if pipeline_run.get("kind").and_then(Value::as_str) != Some("PipelineRun") {
         return Err(invalid("kind", "not a PipelineRun"));
@@ -326,6 +352,7 @@ pub fn preview(
             .and_then(Value::as_array)
             .map_or(&[], Vec::as_slice),
         timeouts: &timeouts,
+        version,
     };
     let mut children = Vec::new();
     for (member, finally) in [("tasks", false), ("finally", true)] {
@@ -357,6 +384,8 @@ struct PipelineRunFacts<'a> {
     task_run_specs: &'a [Value],
     workspaces: &'a [Value],
     timeouts: &'a Map<String, Value>,
+    /// The Tekton whose controller creates the TaskRuns.
+    version: Version,
 }
 
 impl PipelineRunFacts<'_> {
@@ -975,10 +1004,15 @@ fn task_run(
         .get("timeout")
         .and_then(Value::as_str)
         .map(str::to_owned)
-        .or_else(|| pipeline_run_timeout(pr.timeouts, finally));
+        .or_else(|| {
+            (pr.version >= PIPELINE_RUN_TIMEOUT_SINCE)
+                .then(|| pipeline_run_timeout(pr.timeouts, finally))
+                .flatten()
+        });
     let timeout = trs
         .get("timeout")
         .and_then(Value::as_str)
+        .filter(|_| pr.version >= TASK_RUN_SPEC_TIMEOUT_SINCE)
         .map(str::to_owned)
         .or(timeout);
     if let Some(t) = timeout {
@@ -1750,6 +1784,47 @@ spec:
             "overridden"
         );
         assert_eq!(trs[1]["metadata"]["labels"]["extra"], "x");
+    }
+
+    /// The child TaskRun's timeout as each Tekton line's `createTaskRun` sets it (read at the
+    /// tags; confirmed by the runtime suite's scenario 17 on v1.0.4 and v1.15.0).
+    #[test]
+    fn timeouts_follow_the_clusters_tekton() {
+        let run = pr(r#"
+apiVersion: tekton.dev/v1
+kind: PipelineRun
+metadata: {name: t}
+spec:
+  timeouts: {pipeline: 3h, finally: 30m}
+  taskRunSpecs:
+    - {pipelineTaskName: three, timeout: 45m}
+  pipelineSpec:
+    tasks:
+      - {name: one, taskRef: {name: a}}
+      - {name: two, taskRef: {name: a}, timeout: 90m}
+      - {name: three, taskRef: {name: a}, timeout: 90m}
+"#);
+        let timeouts = |version: Version| -> Vec<Value> {
+            let p = preview_for(&run, "default", &none, version).unwrap();
+            task_runs(&p)
+                .iter()
+                .map(|tr| tr["spec"].get("timeout").cloned().unwrap_or(Value::Null))
+                .collect()
+        };
+        // The PipelineRun's tasks timeout (2h30m) from v1.11; taskRunSpecs' from v1.4.
+        assert_eq!(
+            timeouts(cluster::NEWEST),
+            [json!("2h30m0s"), json!("1h30m0s"), json!("45m0s")]
+        );
+        assert_eq!(timeouts(Version::new(1, 11, 0)), timeouts(cluster::NEWEST));
+        assert_eq!(
+            timeouts(Version::new(1, 10, 3)),
+            [Value::Null, json!("1h30m0s"), json!("45m0s")]
+        );
+        assert_eq!(
+            timeouts(Version::new(1, 0, 4)),
+            [Value::Null, json!("1h30m0s"), json!("1h30m0s")]
+        );
     }
 
     #[test]

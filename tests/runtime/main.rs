@@ -573,6 +573,13 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
         always_degraded: !line
             .lacking(&[Feature::StepWhen, Feature::StepResults])
             .is_empty(),
+        tekton_args: std::iter::once(format!("--tekton-version={}", line.version))
+            .chain(
+                line.flags
+                    .iter()
+                    .map(|(k, v)| format!("--tekton-feature-flag={k}={v}")),
+            )
+            .collect(),
     };
     let mut summary = Vec::new();
     // The policies this Tekton cannot run: bookend must refuse them and their TaskRuns.

@@ -2,7 +2,7 @@
 //! controller creates for it. The same PipelineRun (a `pipelineRef` to a Pipeline with params,
 //! a matrix, a result passed on, `when` guards, a `finally` task, a name long enough for
 //! `kmeta.ChildName` to hash) runs in the cluster; bookend renders it from the objects as the
-//! cluster stores them; every TaskRun the controller created must equal its preview, after
+//! cluster stores them, told the line's Tekton (`--tekton-version`, its flags); every TaskRun the controller created must equal its preview, after
 //! bookend's mutation, field by field: name, namespace, labels, annotations, ownerReferences
 //! and the whole spec (params, taskSpec with the injected steps, timeout, service account).
 
@@ -109,7 +109,9 @@ pub fn scenario_preview(ctx: &mut Ctx) -> String {
     );
     let mut render = Command::new(crate::bookend_bin());
     render
-        .args(["render", "-o", "json", "--policies"])
+        .args(["render", "-o", "json"])
+        .args(&ctx.tekton_args)
+        .arg("--policies")
         .arg(&policy_file)
         .arg("-f")
         .arg(&run_file)

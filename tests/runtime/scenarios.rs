@@ -134,6 +134,9 @@ pub struct Ctx {
     pub helper_notes: RefCell<Vec<(String, usize, usize)>>,
     /// The cluster's Tekton refuses step `when`/`results`: `Always` falls back where allowed.
     pub always_degraded: bool,
+    /// The line's Tekton as bookend's offline commands are told it (`--tekton-version` and a
+    /// `--tekton-feature-flag` per flag), as `serve` reads it from the cluster.
+    pub tekton_args: Vec<String>,
 }
 
 impl Ctx {

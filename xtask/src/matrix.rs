@@ -7,20 +7,25 @@ use crate::{Failure, cargo, phase, root, run};
 
 /// The newest Tekton (tests/e2e/tektonvalidate pins it; the suites' default).
 pub const NEWEST: &str = "v1.15.0";
+/// The oldest v1.x LTS line (Tekton's releases.md: v1.0 is LTS), its newest patch: the first
+/// line where StepActions, step `when` and step `results` no longer need `enable-step-actions`.
+pub const LTS: &str = "v1.0.4";
 /// The oldest supported line, with Tekton's default flags and with `enable-step-actions`.
 pub const OLDEST: [&str; 2] = ["v0.62.3", "v0.62.3+enable-step-actions=true"];
 
 /// The lines `tekton-matrix` runs: `BOOKEND_TEKTON_VERSIONS`'s value.
 pub fn lines() -> String {
-    std::iter::once(NEWEST)
+    [NEWEST, LTS]
+        .into_iter()
         .chain(OLDEST)
         .collect::<Vec<_>>()
         .join(",")
 }
 
 /// The lines `cargo xtask test` (CI) runs: the newest and the oldest with Tekton's defaults.
-/// (The oldest with `enable-step-actions` is in the matrix only: scenario 13 failed there
-/// once in three runs, a 63-character step skipped and the TaskRun green; docs/compatibility.md.)
+/// (The LTS line is in the matrix only, so CI builds one older Tekton, not two. The oldest with
+/// `enable-step-actions` is in the matrix only: scenario 13 failed there once in three runs, a
+/// 63-character step skipped and the TaskRun green; docs/compatibility.md.)
 pub fn ci_lines() -> String {
     [NEWEST, OLDEST[0]].join(",")
 }
@@ -190,7 +195,11 @@ mod tests {
         assert!(table.contains("| policy rt-always |  | Ready, injected (its scenarios above) | **denied by bookend** |"), "{table}");
         let doc = format!("a\n{BEGIN}\nold\n{END}\nb");
         assert_eq!(replace_between(&doc, "new").unwrap(), "a\nnew\nb");
-        assert_eq!(older_versions(&lines()), ["v0.62.3"]);
+        assert_eq!(
+            lines(),
+            "v1.15.0,v1.0.4,v0.62.3,v0.62.3+enable-step-actions=true"
+        );
+        assert_eq!(older_versions(&lines()), ["v1.0.4", "v0.62.3"]);
         assert_eq!(older_versions(&ci_lines()), ["v0.62.3"]);
     }
 }

@@ -267,8 +267,15 @@ impl Suite {
             // The TaskRuns of each PipelineRun, as its controller would create them.
             let mut notes = Vec::new();
             expanded.extend(
-                pipeline::expand(pipeline_runs, &catalog, "default", None, &mut notes)
-                    .map_err(|e| format!("{test}: {}: {e}", f.display()))?,
+                pipeline::expand(
+                    pipeline_runs,
+                    &catalog,
+                    "default",
+                    None,
+                    settings.tekton.version,
+                    &mut notes,
+                )
+                .map_err(|e| format!("{test}: {}: {e}", f.display()))?,
             );
         }
         let mut cases = Vec::new();
