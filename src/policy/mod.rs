@@ -7,6 +7,7 @@
 //! owners) and `index` files policies under the criteria a TaskRun must meet.
 
 pub mod api;
+pub(crate) mod helper_steps;
 mod index;
 pub mod load;
 pub mod select;
@@ -272,7 +273,7 @@ impl Policy {
         let mut post_steps: Vec<Value> = Vec::new();
         if !doc.spec.results.is_empty() {
             // Validation made sure there are post-steps to write them (and that they run Always).
-            post_steps.push(crate::engine::inject::reset_step(
+            post_steps.push(helper_steps::reset_step(
                 settings,
                 &settings.reset_name(&hash),
                 &doc.spec.results,
