@@ -12,7 +12,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -47,6 +47,7 @@ pub async fn serve_tls(
     stop: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
+    let mut last_accept: Option<Instant> = None;
     let accept = |socket: TcpStream, peer: SocketAddr| {
         spawn_connection(socket, peer, &tls, &router, limits, &metrics, &graceful);
     };
@@ -57,7 +58,10 @@ pub async fn serve_tls(
             accepted = listener.accept() => accepted,
         };
         match accepted {
-            Ok((socket, peer)) => accept(socket, peer),
+            Ok((socket, peer)) => {
+                last_accept = Some(Instant::now());
+                accept(socket, peer);
+            }
             Err(error) => accept_failed(error).await,
         }
     }
@@ -72,7 +76,10 @@ pub async fn serve_tls(
                 accepted = listener.accept() => accepted,
             };
             match accepted {
-                Ok((socket, peer)) => accept(socket, peer),
+                Ok((socket, peer)) => {
+                    last_accept = Some(Instant::now());
+                    accept(socket, peer);
+                }
                 Err(error) => accept_failed(error).await,
             }
         }
@@ -82,7 +89,20 @@ pub async fn serve_tls(
     if open > 0 {
         tracing::info!(connections = open, "draining open connections");
     }
-    if tokio::time::timeout(limits.drain_timeout, graceful.shutdown())
+    let drained = async {
+        // hyper closes a connection asked to shut down before it served anything, unanswered.
+        // A connection accepted just now has had no time for its handshake and first request:
+        // give it the time a client has for them (as Go's server leaves a new connection 5 s),
+        // then ask every connection to finish.
+        if let Some(accepted) = last_accept {
+            let settled = accepted + limits.header_read_timeout;
+            if settled > Instant::now() {
+                tokio::time::sleep_until(settled.into()).await;
+            }
+        }
+        graceful.shutdown().await;
+    };
+    if tokio::time::timeout(limits.drain_timeout, drained)
         .await
         .is_err()
     {

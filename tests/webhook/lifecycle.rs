@@ -348,6 +348,39 @@ async fn connections_dialled_around_the_stop_are_served_during_the_linger() {
 }
 
 #[tokio::test]
+async fn a_connection_accepted_just_before_the_listener_closes_is_answered() {
+    // No linger: the listener closes at the stop. A connection the server accepted just
+    // before, whose handshake and request come after, still gets its answer.
+    let mut server = TestServer::start(Options::default()).await;
+    let review = body(&sample_review());
+    let head = json_request_head("POST", "/mutate?timeout=10s", review.len());
+    let early = TcpStream::connect(server.addr).await.unwrap();
+    server
+        .wait_for_metric(
+            "the connection accepted",
+            "bookend_webhook_connections",
+            1.0,
+        )
+        .await;
+    server.trigger_shutdown();
+    eventually("the listener to close", Duration::from_secs(10), || async {
+        TcpStream::connect(server.addr).await.is_err()
+    })
+    .await;
+    let mut early = raw_tls_over(&server, early).await;
+    early
+        .write_all(&[head.as_bytes(), &review].concat())
+        .await
+        .unwrap();
+    let (status, body) = read_response(&mut early).await;
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    tokio::time::timeout(Duration::from_secs(20), server.handle.take().unwrap())
+        .await
+        .expect("run returns after the drain")
+        .unwrap();
+}
+
+#[tokio::test]
 async fn drain_is_bounded_when_a_request_never_finishes() {
     let mut server = TestServer::start(Options {
         drain_timeout: Duration::from_millis(300),
