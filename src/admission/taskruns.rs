@@ -138,7 +138,13 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
                     spec_changes.join("; ")
                 ));
             }
-            let mark_changes = changes(&forged_mark);
+            // A previous release never writes the label: with it, the record is bookend's
+            // current one or forged.
+            let labelled = object
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object)
+                .is_some_and(|labels| labels.contains_key(crate::engine::record::LABEL));
+            let mark_changes = changes(&|op| forged_mark(op, labelled));
             if mark_changes.is_empty() {
                 return Answer::allow();
             }
@@ -155,10 +161,11 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
 /// shows a mark the author wrote: any mark bookend would drop or change (a forged
 /// `bookend.dev/verified`, a `bookend.dev/verify` label or a record on a TaskRun nothing is
 /// injected into, a label with another value), and `bookend.dev/verified` in any form. Adding
-/// the label or the record, or replacing the record, is not refused: a previous release's
-/// mutation, during a rolling upgrade, writes its own record form and no label (such a TaskRun
-/// is not watched; docs/operations.md).
-fn forged_mark(op: &Operation) -> bool {
+/// the label or the record, or replacing the record of a TaskRun without the label, is not
+/// refused: a previous release's mutation, during a rolling upgrade, writes its own record form
+/// and no label (such a TaskRun is not watched; docs/operations.md). A `labelled` TaskRun whose
+/// record bookend would replace carries a forged one.
+fn forged_mark(op: &Operation, labelled: bool) -> bool {
     let path = op.path();
     if !path.starts_with("/metadata") {
         return false;
@@ -174,7 +181,7 @@ fn forged_mark(op: &Operation) -> bool {
     match op {
         Operation::Remove { .. } => true,
         Operation::Add { .. } => path == verified,
-        Operation::Replace { .. } => path != record,
+        Operation::Replace { .. } => path != record || labelled,
     }
 }
 

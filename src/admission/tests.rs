@@ -271,6 +271,20 @@ fn the_backstop_refuses_marks_bookend_did_not_write() {
         .unwrap()
         .remove("bookend.dev/injected");
     assert_eq!(response(&validate(&create(unrecorded)))["allowed"], true);
+    // A record bookend did not write on a TaskRun that carries the label (no previous release
+    // writes it): forged, refused; without the label, a previous release's record: admitted.
+    let mut forged_record = injected.clone();
+    forged_record["metadata"]["annotations"]["bookend.dev/injected"] = json!(r#"{"policies":[]}"#);
+    let m = denial_message(&validate(&create(forged_record.clone())));
+    assert!(
+        m.contains("changed /metadata/annotations/bookend.dev~1injected"),
+        "{m}"
+    );
+    forged_record["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("bookend.dev/verify");
+    assert_eq!(response(&validate(&create(forged_record)))["allowed"], true);
     // A label with another value, a record with another form: the author's.
     let mut relabelled = injected.clone();
     relabelled["metadata"]["labels"]["bookend.dev/verify"] = json!("no");
