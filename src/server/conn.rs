@@ -47,42 +47,16 @@ pub async fn serve_tls(
     stop: CancellationToken,
 ) {
     let graceful = GracefulShutdown::new();
-    let mut last_accept: Option<Instant> = None;
     let accept = |socket: TcpStream, peer: SocketAddr| {
         spawn_connection(socket, peer, &tls, &router, limits, &metrics, &graceful);
     };
-    loop {
-        let accepted = tokio::select! {
-            biased;
-            () = stop.cancelled() => break,
-            accepted = listener.accept() => accepted,
-        };
-        match accepted {
-            Ok((socket, peer)) => {
-                last_accept = Some(Instant::now());
-                accept(socket, peer);
-            }
-            Err(error) => accept_failed(error).await,
-        }
-    }
+    let mut last_accept = accept_until(&listener, stop.cancelled(), accept).await;
     if !limits.shutdown_linger.is_zero() {
         tracing::info!(linger = ?limits.shutdown_linger, "still accepting and serving for the linger");
         let linger = tokio::time::sleep(limits.shutdown_linger);
-        tokio::pin!(linger);
-        loop {
-            let accepted = tokio::select! {
-                biased;
-                () = &mut linger => break,
-                accepted = listener.accept() => accepted,
-            };
-            match accepted {
-                Ok((socket, peer)) => {
-                    last_accept = Some(Instant::now());
-                    accept(socket, peer);
-                }
-                Err(error) => accept_failed(error).await,
-            }
-        }
+        last_accept = accept_until(&listener, linger, accept)
+            .await
+            .or(last_accept);
     }
     drop(listener);
     let open = graceful.count();
@@ -110,6 +84,30 @@ pub async fn serve_tls(
             timeout = ?limits.drain_timeout,
             "connections still open after the drain timeout; closing them"
         );
+    }
+}
+
+/// Accepts connections and hands each to `accept` until `until` completes; when it last did.
+async fn accept_until(
+    listener: &TcpListener,
+    until: impl Future<Output = ()>,
+    accept: impl Fn(TcpStream, SocketAddr),
+) -> Option<Instant> {
+    tokio::pin!(until);
+    let mut last = None;
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = &mut until => return last,
+            accepted = listener.accept() => accepted,
+        };
+        match accepted {
+            Ok((socket, peer)) => {
+                last = Some(Instant::now());
+                accept(socket, peer);
+            }
+            Err(error) => accept_failed(error).await,
+        }
     }
 }
 

@@ -55,8 +55,6 @@ mod node;
 mod pod;
 mod service;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -84,29 +82,13 @@ const TEAM: &str = "team-a";
 
 /// GET `http://<ip>:<port><path>` as a kubelet's httpGet probe does: (status, body).
 pub(crate) fn http_get(ip: &str, port: u16, path: &str) -> Result<(u16, String), String> {
-    let mut stream = TcpStream::connect((ip, port)).map_err(|e| e.to_string())?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\nUser-Agent: kube-probe/1.36\r\nConnection: close\r\n\r\n"
+    common::http_get(
+        ip,
+        port,
+        path,
+        &["User-Agent: kube-probe/1.36"],
+        Duration::from_secs(2),
     )
-    .map_err(|e| e.to_string())?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| e.to_string())?;
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("bad response: {response:?}"))?;
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    Ok((status, body))
 }
 
 /// A probe's port: a number, or the name of one of the container's ports.
@@ -132,6 +114,22 @@ pub(crate) fn helm(kubectl: &Kubectl, args: &[&str]) {
         .arg(&kubectl.kubeconfig)
         .current_dir(root());
     kube::run(cmd, None).expect_ok("helm");
+}
+
+/// `helm install` of the chart as release `bookend` in `bookend-system`, with `--set` values.
+pub(crate) fn install_chart(kubectl: &Kubectl, sets: &[&str]) {
+    let mut args = vec![
+        "install",
+        RELEASE,
+        "charts/bookend",
+        "--namespace",
+        NAMESPACE,
+        "--create-namespace",
+    ];
+    for set in sets.iter().filter(|s| !s.is_empty()) {
+        args.extend(["--set", set]);
+    }
+    helm(kubectl, &args);
 }
 
 /// The sum of a counter's samples whose labels contain `labels`, in Prometheus text.
@@ -162,19 +160,7 @@ fn the_charts_pod_runs_from_the_image_contents_and_serves_the_api_server() {
     let net = pod::PodNetwork::choose();
     let pod_ip = net.pod_ip.clone();
     let webhook_url = format!("webhook.url=https://{pod_ip}:8443");
-    helm(
-        kubectl,
-        &[
-            "install",
-            RELEASE,
-            "charts/bookend",
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--set",
-            &webhook_url,
-        ],
-    );
+    install_chart(kubectl, &[&webhook_url]);
     let deployment = kubectl
         .get(&["deployment", RELEASE, "-n", NAMESPACE])
         .expect("the chart's Deployment");

@@ -16,7 +16,7 @@ use crate::kube::{Kubectl, poll, tail, terminate};
 use crate::node::Node;
 use crate::pod::Image;
 use crate::tools::tools;
-use crate::{NAMESPACE, RELEASE, TEAM, counter, helm, http_get, root};
+use crate::{NAMESPACE, RELEASE, TEAM, counter, http_get, root};
 
 const SELECTOR: &str = "app.kubernetes.io/instance=bookend,app.kubernetes.io/component=webhook";
 
@@ -163,18 +163,7 @@ fn two_replicas_behind_the_service_readiness_the_pdb_and_a_replacement() {
     // Development only: `BOOKEND_CHART_POD_SET=a=b,c=d` adds `--set` values (to compare
     // settings, e.g. `extraEnv[0].name=BOOKEND_SHUTDOWN_LINGER,extraEnv[0].value=0s`).
     let extra = std::env::var("BOOKEND_CHART_POD_SET").unwrap_or_default();
-    let mut args = vec![
-        "install",
-        RELEASE,
-        "charts/bookend",
-        "--namespace",
-        NAMESPACE,
-        "--create-namespace",
-    ];
-    if !extra.is_empty() {
-        args.extend(["--set", extra.as_str()]);
-    }
-    helm(kubectl, &args);
+    crate::install_chart(kubectl, &[&extra]);
     let image = Arc::new(Image::assemble(
         &work.join("image"),
         &root().join("Dockerfile"),

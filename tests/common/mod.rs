@@ -115,3 +115,42 @@ pub fn helm_template(release: &str, namespace: &str, args: &[&str]) -> Result<St
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
+
+/// A plain HTTP/1.1 GET of `http://<ip>:<port><path>` with `Connection: close` and extra
+/// `headers` (each `Name: value`), reading at most `timeout` per read: (status, body).
+pub fn http_get(
+    ip: &str,
+    port: u16,
+    path: &str,
+    headers: &[&str],
+    timeout: std::time::Duration,
+) -> Result<(u16, String), String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect((ip, port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(timeout))
+        .map_err(|e| e.to_string())?;
+    let mut request = format!("GET {path} HTTP/1.1\r\nHost: {ip}:{port}\r\n");
+    for header in headers {
+        request.push_str(header);
+        request.push_str("\r\n");
+    }
+    request.push_str("Connection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .map_err(|e| e.to_string())?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| e.to_string())?;
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("bad response: {response:?}"))?;
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    Ok((status, body))
+}

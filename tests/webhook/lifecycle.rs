@@ -21,6 +21,29 @@ async fn read_response(stream: &mut tokio_rustls::client::TlsStream<TcpStream>) 
     }
 }
 
+/// Waits until the server's webhook listener refuses connections.
+async fn listener_closed(server: &TestServer, within: Duration) {
+    eventually("the listener to close", within, || async {
+        TcpStream::connect(server.addr).await.is_err()
+    })
+    .await;
+}
+
+/// TLS over a TCP connection made earlier, then one request (`head` and `body`): its answer.
+async fn request_over(
+    server: &TestServer,
+    tcp: TcpStream,
+    head: &str,
+    body: &[u8],
+) -> (u16, Vec<u8>) {
+    let mut stream = raw_tls_over(server, tcp).await;
+    stream
+        .write_all(&[head.as_bytes(), body].concat())
+        .await
+        .unwrap();
+    read_response(&mut stream).await
+}
+
 /// Swaps in a certificate pair the server must refuse, and waits until it counts the refusal.
 async fn rotate_to_refused(server: &TestServer, what: &str, files: &[(&str, &str)]) {
     const ERRORS: &str = r#"bookend_certificate_reloads_total{result="error"}"#;
@@ -279,10 +302,7 @@ async fn shutdown_finishes_requests_in_flight() {
     })
     .await;
     // No new connections.
-    eventually("the listener to close", Duration::from_secs(10), || async {
-        TcpStream::connect(server.addr).await.is_err()
-    })
-    .await;
+    listener_closed(&server, Duration::from_secs(10)).await;
 
     for mut stream in streams {
         stream.write_all(&review[split..]).await.unwrap();
@@ -320,12 +340,7 @@ async fn connections_dialled_around_the_stop_are_served_during_the_linger() {
             .is_ok_and(|r| r.status() == 503)
     })
     .await;
-    let mut early = raw_tls_over(&server, early).await;
-    early
-        .write_all(&[head.as_bytes(), &review].concat())
-        .await
-        .unwrap();
-    let (status, body) = read_response(&mut early).await;
+    let (status, body) = request_over(&server, early, &head, &review).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     let answer: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["response"]["patchType"], "JSONPatch");
@@ -337,10 +352,7 @@ async fn connections_dialled_around_the_stop_are_served_during_the_linger() {
     }
 
     // Then the listener closes and the drain ends the server.
-    eventually("the listener to close", Duration::from_secs(15), || async {
-        TcpStream::connect(server.addr).await.is_err()
-    })
-    .await;
+    listener_closed(&server, Duration::from_secs(15)).await;
     tokio::time::timeout(Duration::from_secs(15), server.handle.take().unwrap())
         .await
         .expect("run returns after the linger and the drain")
@@ -363,16 +375,8 @@ async fn a_connection_accepted_just_before_the_listener_closes_is_answered() {
         )
         .await;
     server.trigger_shutdown();
-    eventually("the listener to close", Duration::from_secs(10), || async {
-        TcpStream::connect(server.addr).await.is_err()
-    })
-    .await;
-    let mut early = raw_tls_over(&server, early).await;
-    early
-        .write_all(&[head.as_bytes(), &review].concat())
-        .await
-        .unwrap();
-    let (status, body) = read_response(&mut early).await;
+    listener_closed(&server, Duration::from_secs(10)).await;
+    let (status, body) = request_over(&server, early, &head, &review).await;
     assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
     tokio::time::timeout(Duration::from_secs(20), server.handle.take().unwrap())
         .await

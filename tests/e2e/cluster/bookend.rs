@@ -1,8 +1,6 @@
 //! `bookend serve --source kubernetes` as the scenarios run it: started on loopback, ready,
 //! its admin port, the certificate a handshake gets, stopped on drop.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -78,30 +76,7 @@ impl Bookend {
 
     /// GET on the admin port: (status, body).
     pub(super) fn admin_get(&self, path: &str) -> Result<(u16, String), String> {
-        let mut stream =
-            TcpStream::connect(("127.0.0.1", self.admin)).map_err(|e| e.to_string())?;
-        stream
-            .set_read_timeout(Some(Duration::from_secs(5)))
-            .map_err(|e| e.to_string())?;
-        write!(
-            stream,
-            "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-        )
-        .map_err(|e| e.to_string())?;
-        let mut response = String::new();
-        stream
-            .read_to_string(&mut response)
-            .map_err(|e| e.to_string())?;
-        let status = response
-            .split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("bad response: {response:?}"))?;
-        let body = response
-            .split_once("\r\n\r\n")
-            .map(|(_, b)| b.to_owned())
-            .unwrap_or_default();
-        Ok((status, body))
+        crate::common::http_get("127.0.0.1", self.admin, path, &[], Duration::from_secs(5))
     }
 
     pub(super) fn wait_ready(&mut self, timeout: Duration) {

@@ -351,21 +351,7 @@ pub(super) fn scenario_verification_cannot_be_escaped(ctx: &mut Ctx) -> String {
 
     // After CREATE, every change of a mark is refused, by the author (the admin user here) and
     // by Tekton's controller (impersonated), with the fields named.
-    let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
-    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "e2e-tekton-controller-taskruns"},
-         "rules": [{"apiGroups": ["tekton.dev"], "resources": ["taskruns"],
-                    "verbs": ["get", "patch", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "e2e-tekton-controller-taskruns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "e2e-tekton-controller-taskruns"},
-         "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
-                       "namespace": "tekton-pipelines"}]}]});
-    ctx.cluster
-        .apply(&rbac)
-        .expect_ok("RBAC for the impersonated controller");
+    let as_controller = as_controller_updating_taskruns(ctx);
     let denied_before = metric(&ctx.bookend, UPDATES_DENIED);
     let attempts: [(&[&str], &str); 6] = [
         (
@@ -522,6 +508,27 @@ pub(super) fn scenario_verification_cannot_be_escaped(ctx: &mut Ctx) -> String {
     )
 }
 
+/// The `--as` flag of Tekton's controller, granted what it does to TaskRuns (get, patch,
+/// update) as Tekton's own ClusterRole grants it.
+fn as_controller_updating_taskruns(ctx: &Ctx) -> String {
+    let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
+    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "rules": [{"apiGroups": ["tekton.dev"], "resources": ["taskruns"],
+                    "verbs": ["get", "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+         "metadata": {"name": "e2e-tekton-controller-taskruns"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                     "name": "e2e-tekton-controller-taskruns"},
+         "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
+                       "namespace": "tekton-pipelines"}]}]});
+    ctx.cluster
+        .apply(&rbac)
+        .expect_ok("RBAC for the impersonated controller");
+    as_controller
+}
+
 /// Whether the object carries a label or annotation under `bookend.dev/`.
 fn has_marks(object: &Value) -> bool {
     ["labels", "annotations"].iter().any(|map| {
@@ -555,21 +562,7 @@ pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> St
     // Task's labels and annotations into the TaskRun (storeTaskSpecAndMergeMeta, an Update as
     // its identity). A resolver's Task is anyone's (a git repository), so marks it carries are
     // the author's: the controller's copy of them is refused, like anyone's.
-    let as_controller = super::tasks::impersonate_tekton_controller(&ctx.cluster, &["tasks"]);
-    let rbac = json!({"apiVersion": "v1", "kind": "List", "items": [
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
-         "metadata": {"name": "e2e-tekton-controller-taskruns"},
-         "rules": [{"apiGroups": ["tekton.dev"], "resources": ["taskruns"],
-                    "verbs": ["get", "patch", "update"]}]},
-        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-         "metadata": {"name": "e2e-tekton-controller-taskruns"},
-         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                     "name": "e2e-tekton-controller-taskruns"},
-         "subjects": [{"kind": "ServiceAccount", "name": "tekton-pipelines-controller",
-                       "namespace": "tekton-pipelines"}]}]});
-    ctx.cluster
-        .apply(&rbac)
-        .expect_ok("RBAC for the impersonated controller");
+    let as_controller = as_controller_updating_taskruns(ctx);
     let record = r#"{"policies":[{"policy":"ClusterStepPolicy/org-sbom","hash":"0","steps":["bookend-sbom"]}]}"#;
     let current = ctx
         .cluster
