@@ -217,7 +217,7 @@ struct Writer {
     reports: Option<Reports>,
     metrics: Metrics,
     /// Uids of the TaskRuns this process verified without a mark (unmarkable) or refused to
-    /// verify (out of reach): each is concluded once per process.
+    /// verify (out of reach): each is concluded once per process, and forgotten when deleted.
     concluded_unmarked: Mutex<HashSet<String>>,
 }
 
@@ -263,7 +263,14 @@ impl Writer {
         let Ok(value) = serde_json::to_value(&object) else {
             return;
         };
-        if seen(&value) != Seen::Finished {
+        // Concluded already without a mark (unmarkable, out of reach): not again. Forgetting
+        // it here also keeps the set to TaskRuns that still exist.
+        let concluded = object.metadata.uid.as_deref().is_some_and(|uid| {
+            self.concluded_unmarked
+                .lock()
+                .is_ok_and(|mut set| set.remove(uid))
+        });
+        if concluded || seen(&value) != Seen::Finished {
             return;
         }
         if let Some(verification) = self.decide(&value) {

@@ -357,7 +357,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         client: client.clone(),
     };
     let reporter = reporter();
-    let client_for_user = client.clone();
+    let user_client = client.clone();
     let status = super::status::Writer::start(
         client,
         [cluster_policies.clone(), step_policies.clone()],
@@ -366,7 +366,6 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
     );
 
     let (rebuilt, now_ready) = (current.clone(), ready.clone());
-    let user_client = client_for_user;
     tokio::spawn(async move {
         // Not ready (no policy set) until bookend knows who it is: the marks webhook lets only
         // that user change bookend's marks. Asked again until the API server answers, so a

@@ -624,9 +624,22 @@ pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> St
         .cluster
         .get_json(&["taskrun", "verify-full", "-n", TEAM_A], "the TaskRun");
     assert!(object["metadata"]["annotations"].get(VERIFIED).is_none());
+    // Deleting it brings no second verdict (it was concluded, unmarked). The watch handles its
+    // events in order: once a TaskRun finished after the deletion is marked, the deletion has
+    // been handled.
+    const DELETED: &str = "bookend_verifications_unmarked_total{reason=\"deleted\"}";
+    let deleted_before = metric(&ctx.bookend, DELETED);
     ctx.cluster
         .kubectl(&["delete", "taskrun", "verify-full", "-n", TEAM_A])
         .expect_ok("delete the unmarkable TaskRun");
+    create(ctx, "verify-after-full");
+    finish(ctx, "verify-after-full", None);
+    poll_mark(ctx, "verify-after-full");
+    assert_eq!(metric(&ctx.bookend, DELETED) - deleted_before, 0.0);
+    assert_eq!(metric(&ctx.bookend, UNMARKABLE) - unmarkable_before, 1.0);
+    ctx.cluster
+        .kubectl(&["delete", "taskrun", "verify-after-full", "-n", TEAM_A])
+        .expect_ok("delete the scenario's TaskRun");
     format!(
         "remote-resolver TaskRun: forged marks dropped at CREATE, a resolved Task's marks copied by the controller refused; unmarkable TaskRun: verdict once ({} Event)",
         warning.0
