@@ -11,6 +11,8 @@
 # (a .stamp file next to it records that). Force a rebuild with FORCE=1.
 # Prints the time of each step; the last lines are shell-sourceable paths (E2E_BIN_DIR=..., ...).
 # Env: FORCE=1 rebuild everything; ONLY="kube-apiserver kubectl etcd tekton-validate crds" subset.
+#      ONLY=chains-provenance builds Tekton Chains' formatters (tests/runtime/chains), which no
+#      default set includes.
 #      BOOKEND_TEKTON_VERSION=v0.62.3 builds the Tekton tools (tekton-validate, CRDs, the runtime
 #      suite's controller, entrypoint, resolvers, conversion webhook and config) at that release
 #      instead of the default (the version tests/e2e/tektonvalidate pins), from the committed
@@ -164,6 +166,10 @@ build helm             "$E2E_DIR/helm"       helm.sh/helm/v4/cmd/helm           
 build promtool         "$E2E_DIR/promtool"   github.com/prometheus/prometheus/cmd/promtool "-s -w"
 build promql-selectors "$E2E_DIR/promtool"   ./cmd/promql-selectors                    "-s -w"
 build actionlint       "$E2E_DIR/actionlint" github.com/rhysd/actionlint/cmd/actionlint "-s -w"
+# chains-provenance - Tekton Chains' own provenance formatters on a TaskRun (tests/runtime/chains,
+#   github.com/tektoncd/chains at the version its go.mod pins). Never in the default set: only
+#   runtime scenario 19 uses it, and it builds it with ONLY=chains-provenance when it runs.
+build chains-provenance "$E2E_DIR/../runtime/chains" .                        "-s -w"
 
 # --- Runtime suite (tests/runtime, docs/testing.md): Tekton's own controller, entrypoint and
 # remote resolvers, the stand-ins (kubelet, conversion webhook, podnet) and the rest of Tekton's
@@ -217,7 +223,7 @@ fi
 # Another Tekton release: the version-independent tools linked beside its own, so that its
 # directory is a complete E2E_BIN_DIR (start-cluster.sh takes crds/ from it).
 if [[ $TEKTON_BIN != "$BIN" ]]; then
-  for tool in kube-apiserver kubectl etcd kubelet-standin podnet helm promtool promql-selectors actionlint; do
+  for tool in kube-apiserver kubectl etcd kubelet-standin podnet helm promtool promql-selectors actionlint chains-provenance; do
     if [[ -e $BIN/$tool ]]; then ln -sfn "../../$tool" "$TEKTON_BIN/$tool"; fi
   done
 fi

@@ -317,6 +317,7 @@ mod tests {
             "tests/e2e/promtool",
             "tests/e2e/actionlint",
             "tests/runtime/standins",
+            "tests/runtime/chains",
         ] {
             let text = std::fs::read_to_string(crate::root().join(dir).join("go.mod")).unwrap();
             let line = text.lines().find_map(|l| l.strip_prefix("go ")).unwrap();
