@@ -3,12 +3,20 @@
 //! bookend adds them to the TaskSpec and resets their files before the policy's post-steps run.
 //! The TaskRun's own step writes forged values to the same files; Tekton's status.results must
 //! carry what the org step wrote, whether the user step succeeded or failed.
+//!
+//! Then Tekton Chains' own formatters (tests/runtime/chains, Chains v0.22.0) format each finished
+//! TaskRun in every format and buildType Chains has, and the scenario asserts which of bookend's
+//! marks reach each: the record annotation, the org results as subjects, the injected steps.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
 use crate::kube::cluster_policy;
-use crate::runs::{assert_condition, step, taskrun};
+use crate::runs::{Finished, assert_condition, step, taskrun};
 use crate::scenarios::Ctx;
+use crate::tools;
 
 pub const PROVENANCE: &str = "rt-provenance";
 pub const NAMESPACES: [&str; 1] = [PROVENANCE];
@@ -64,6 +72,21 @@ fn forger(built: bool, exit: i32) -> Value {
     )
 }
 
+/// A TaskRun param its Task does not declare, to show where a spec-level mark would land: Tekton
+/// ignores it and Chains records it in the SLSA v1.0 `runSpec.params` (docs/provenance.md).
+const UNDECLARED_PARAM: &str = "undeclared-probe";
+
+/// The third run: nothing to publish, and a param its Task does not declare.
+fn unpublished_with_param() -> Value {
+    let mut run = taskrun(
+        PROVENANCE,
+        "forge-unpublished",
+        json!({"results": [{"name": "own"}], "steps": [forger(false, 0)]}),
+    );
+    run["spec"]["params"] = json!([{"name": UNDECLARED_PARAM, "value": "{\"a\":\"json text\"}"}]);
+    run
+}
+
 fn result<'a>(object: &'a Value, name: &str) -> Option<&'a Value> {
     object["status"]["results"]
         .as_array()?
@@ -85,11 +108,7 @@ pub fn scenario_provenance(ctx: &mut Ctx) -> String {
             "forge-fail",
             json!({"results": [{"name": "own"}], "steps": [forger(true, 3)]}),
         ),
-        taskrun(
-            PROVENANCE,
-            "forge-unpublished",
-            json!({"results": [{"name": "own"}], "steps": [forger(false, 0)]}),
-        ),
+        unpublished_with_param(),
     ]);
     let expected_artifact = json!({"uri": format!("oci://{ORG_URL}"), "digest": ORG_DIGEST,
                                    "isBuildArtifact": "true"});
@@ -192,8 +211,242 @@ pub fn scenario_provenance(ctx: &mut Ctx) -> String {
         "Succeeded",
         "All Steps have completed executing",
     );
-    "org post-step's IMAGE_URL, IMAGE_DIGEST and object ARTIFACT_OUTPUTS reach status.results \
-     over a user step's forged values, with the user step succeeding and failing; when the org \
-     step writes none, the reset's empty values (\"\", {}) stand and the TaskRun succeeds"
-        .to_owned()
+    let chains = chains_marks(ctx, &runs);
+    format!(
+        "org post-step's IMAGE_URL, IMAGE_DIGEST and object ARTIFACT_OUTPUTS reach status.results \
+         over a user step's forged values, with the user step succeeding and failing; when the org \
+         step writes none, the reset's empty values (\"\", {{}}) stand and the TaskRun succeeds; \
+         {chains}"
+    )
+}
+
+/// SLSA v1.0 buildTypes of Chains (`builddefinition.buildtype`); the first is Chains' default.
+const SLSA_BUILD_TYPE: &str = "https://tekton.dev/chains/v2/slsa";
+const SLSA_TEKTON_BUILD_TYPE: &str = "https://tekton.dev/chains/v2/slsa-tekton";
+
+/// Every TaskRun format of Chains v0.22.0 (`artifacts.taskrun.format`) with each buildType it
+/// reads (the SLSA v0.2 formats have none).
+const CHAINS_FORMATS: [(&str, Option<&str>); 6] = [
+    ("in-toto", None),
+    ("slsa/v1", None),
+    ("slsa/v2alpha3", Some(SLSA_BUILD_TYPE)),
+    ("slsa/v2alpha3", Some(SLSA_TEKTON_BUILD_TYPE)),
+    ("slsa/v2alpha4", Some(SLSA_BUILD_TYPE)),
+    ("slsa/v2alpha4", Some(SLSA_TEKTON_BUILD_TYPE)),
+];
+
+/// The in-toto statement Chains' formatter makes of `taskrun` in `format` (and `build_type`).
+fn chains_statement(tool: &Path, taskrun: &Value, format: &str, build_type: Option<&str>) -> Value {
+    let mut cmd = Command::new(tool);
+    cmd.arg(format!("artifacts.taskrun.format={format}"));
+    if let Some(build_type) = build_type {
+        cmd.arg(format!("builddefinition.buildtype={build_type}"));
+    }
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{}: {e}", tool.display()));
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().expect("stdin");
+        stdin
+            .write_all(taskrun.to_string().as_bytes())
+            .expect("write the TaskRun");
+    }
+    let out = child.wait_with_output().expect("chains-provenance runs");
+    assert!(
+        out.status.success(),
+        "chains-provenance {format} {build_type:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("chains-provenance prints JSON")
+}
+
+/// The statement's subjects as `name@sha256:digest`.
+fn subjects(statement: &Value) -> Vec<String> {
+    statement["subject"]
+        .as_array()
+        .map(|subjects| {
+            subjects
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{}@sha256:{}",
+                        s["name"].as_str().unwrap_or("?"),
+                        s["digest"]["sha256"].as_str().unwrap_or("?")
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Runs Chains' formatters on the scenario's finished TaskRuns and asserts which of bookend's
+/// marks reach each format. Writes the TaskRuns and statements to `<work>/chains/` (kept with
+/// BOOKEND_RUNTIME_KEEP=1), the source of docs/provenance.md's excerpts.
+fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
+    let tool = tools::only("chains-provenance");
+    let out_dir = ctx
+        .env
+        .kubelet_dir
+        .parent()
+        .expect("the kubelet directory is in the work directory")
+        .join("chains");
+    std::fs::create_dir_all(&out_dir).expect("mkdir chains");
+    let org_subject = format!("{ORG_URL}@{ORG_DIGEST}");
+    for run in runs {
+        let name = run.name();
+        let tr = &run.object;
+        std::fs::write(
+            out_dir.join(format!("{name}.taskrun.json")),
+            serde_json::to_string_pretty(tr).expect("JSON"),
+        )
+        .expect("write the TaskRun");
+        let record_text = tr["metadata"]["annotations"]["bookend.dev/injected"]
+            .as_str()
+            .expect("the record");
+        let spec_steps: Vec<&str> = tr["spec"]["taskSpec"]["steps"]
+            .as_array()
+            .expect("spec.taskSpec.steps")
+            .iter()
+            .filter_map(|s| s["name"].as_str())
+            .collect();
+        assert!(
+            spec_steps.iter().any(|s| s.starts_with("bookend-results-"))
+                && spec_steps.contains(&"bookend-publish"),
+            "{name}: the org steps are in the spec: {spec_steps:?}"
+        );
+        let published = !name.starts_with("forge-unpublished-");
+        let mut slsa_v02 = None;
+        for (format, build_type) in CHAINS_FORMATS {
+            let statement = chains_statement(&tool, tr, format, build_type);
+            let label = format!(
+                "{name} {format}{}",
+                build_type.map(|b| format!(" {b}")).unwrap_or_default()
+            );
+            let file = label.replace([' ', '/', ':'], "_");
+            std::fs::write(
+                out_dir.join(format!("{file}.json")),
+                serde_json::to_string_pretty(&statement).expect("JSON"),
+            )
+            .expect("write the statement");
+            let text = statement.to_string();
+            let p = &statement["predicate"];
+
+            // Subjects: exactly the org's artifact (IMAGE_URL/IMAGE_DIGEST and ARTIFACT_OUTPUTS)
+            // when it published one, none otherwise: never the author's forged values.
+            let mut subjects = subjects(&statement);
+            subjects.sort();
+            let expected: Vec<String> = if published {
+                vec![format!("oci://{org_subject}"), org_subject.clone()]
+            } else {
+                Vec::new()
+            };
+            assert_eq!(subjects, expected, "{label}: the subjects");
+
+            match build_type {
+                None => {
+                    // SLSA v0.2: the annotations are recorded, and every step that ran, by
+                    // container, with the reset and publish steps among them.
+                    assert_eq!(
+                        p["invocation"]["environment"]["annotations"]["bookend.dev/injected"]
+                            .as_str(),
+                        Some(record_text),
+                        "{label}: the record at invocation.environment.annotations"
+                    );
+                    let containers: Vec<&str> = p["buildConfig"]["steps"]
+                        .as_array()
+                        .expect("buildConfig.steps")
+                        .iter()
+                        .filter_map(|s| s["environment"]["container"].as_str())
+                        .collect();
+                    assert_eq!(
+                        containers, spec_steps,
+                        "{label}: buildConfig.steps are the TaskRun's steps, org steps included"
+                    );
+                    let parameters = &p["invocation"]["parameters"];
+                    if published {
+                        assert_eq!(parameters, &json!({}), "{label}: no params");
+                    } else {
+                        assert_eq!(
+                            parameters[UNDECLARED_PARAM], tr["spec"]["params"][0]["value"],
+                            "{label}: the TaskRun's params at invocation.parameters"
+                        );
+                    }
+                    // in-toto and slsa/v1 are one formatter under two names.
+                    match &slsa_v02 {
+                        None => slsa_v02 = Some(statement.clone()),
+                        Some(first) => {
+                            assert_eq!(first, &statement, "{label}: in-toto and slsa/v1 agree")
+                        }
+                    }
+                }
+                Some(build_type) => {
+                    let definition = &p["buildDefinition"];
+                    assert_eq!(definition["buildType"], json!(build_type), "{label}");
+                    let run_spec_steps: Vec<&str> =
+                        definition["externalParameters"]["runSpec"]["taskSpec"]["steps"]
+                            .as_array()
+                            .expect("externalParameters.runSpec.taskSpec.steps")
+                            .iter()
+                            .filter_map(|s| s["name"].as_str())
+                            .collect();
+                    assert_eq!(
+                        run_spec_steps, spec_steps,
+                        "{label}: runSpec carries the TaskRun's steps, org steps included"
+                    );
+                    let params = &definition["externalParameters"]["runSpec"]["params"];
+                    assert_eq!(
+                        params, &tr["spec"]["params"],
+                        "{label}: runSpec.params are the TaskRun's params, undeclared ones included"
+                    );
+                    // Byproducts: every result in v2alpha3; v2alpha4 leaves out the image type
+                    // hints (by name) and the build artifacts (an ARTIFACT_OUTPUTS with
+                    // isBuildArtifact "true"; the reset's `{}` is none).
+                    let mut byproducts: Vec<&str> = p["runDetails"]["byproducts"]
+                        .as_array()
+                        .expect("runDetails.byproducts")
+                        .iter()
+                        .filter_map(|b| b["name"].as_str())
+                        .collect();
+                    byproducts.sort_unstable();
+                    let expected: &[&str] = if format == "slsa/v2alpha3" {
+                        &[
+                            "taskRunResults/ARTIFACT_OUTPUTS",
+                            "taskRunResults/IMAGE_DIGEST",
+                            "taskRunResults/IMAGE_URL",
+                            "taskRunResults/own",
+                        ]
+                    } else if published {
+                        &["taskRunResults/own"]
+                    } else {
+                        &["taskRunResults/ARTIFACT_OUTPUTS", "taskRunResults/own"]
+                    };
+                    assert_eq!(byproducts, expected, "{label}: the byproducts");
+                    let recorded =
+                        definition["internalParameters"]["annotations"]["bookend.dev/injected"]
+                            .as_str();
+                    if build_type == SLSA_TEKTON_BUILD_TYPE {
+                        assert_eq!(
+                            recorded,
+                            Some(record_text),
+                            "{label}: the record at internalParameters.annotations"
+                        );
+                    } else {
+                        assert!(
+                            !text.contains("bookend.dev/injected"),
+                            "{label}: the default buildType records no annotation: {text}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+    format!(
+        "Chains v0.22.0's formatters: the record reaches in-toto/slsa/v1 and slsa-tekton, not the \
+         default SLSA v1.0 buildType; the org subject and steps reach every format ({})",
+        out_dir.display()
+    )
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log"
@@ -226,9 +228,13 @@ func terminated(c corev1.Container, result containerResult) corev1.ContainerStat
 	}
 }
 
-// imageID stands for the digest a runtime would report; local images have none.
+// imageID stands for the digest a runtime would report. Local images have none, so the SHA-256
+// of the reference stands in, in the runtime's form `<repository>@sha256:<hex>`: Tekton copies it
+// to status.steps[].imageID, and Tekton Chains refuses a TaskRun whose imageID is not
+// `<name>@<algorithm>:<digest>` (runtime scenario 19 runs Chains' formatters).
 func imageID(image string) string {
-	return repository(image) + "@local"
+	sum := sha256.Sum256([]byte(image))
+	return repository(image) + "@sha256:" + hex.EncodeToString(sum[:])
 }
 
 func setReadiness(s *corev1.PodStatus) {
