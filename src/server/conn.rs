@@ -3,6 +3,15 @@
 //! stalls the others. On shutdown the loop keeps accepting and serving for a short linger, then
 //! stops accepting and drains the open connections (in-flight requests finish) within a bound.
 //!
+//! Why `Connection: close` once stopping: the API server calls webhooks over HTTP/1.1 (it sets
+//! ALPN `http/1.1` for a Service or a non-loopback URL, k8s.io/apiserver `pkg/util/webhook`) and
+//! reuses idle keep-alive connections. Closing an idle connection races a POST the client is
+//! writing on it at that moment; Go's transport does not retry a non-idempotent request whose
+//! bytes it wrote, so the API server sees `EOF` and applies the failurePolicy. From the stop on,
+//! every HTTP/1 answer says `Connection: close`: the client retires each connection it uses
+//! itself, after its answer, and only connections it left idle for the whole linger are closed
+//! by the server at the drain.
+//!
 //! Why the linger: the API server picks an endpoint when it dials and keeps the connection; its
 //! view of the Service's endpoints can lag the Pod's termination. A connection it dialled just
 //! before the stop, still in the accept backlog or in its TLS handshake, would otherwise be
@@ -15,6 +24,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use hyper::body::Incoming;
+use hyper::header::{CONNECTION, HeaderValue};
+use hyper::{Request, Version};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
@@ -48,7 +60,11 @@ pub async fn serve_tls(
 ) {
     let graceful = GracefulShutdown::new();
     let accept = |socket: TcpStream, peer: SocketAddr| {
-        spawn_connection(socket, peer, &tls, &router, limits, &metrics, &graceful);
+        let service = CloseWhenStopping {
+            inner: TowerToHyperService::new(router.clone()),
+            stopping: stop.clone(),
+        };
+        spawn_connection(socket, peer, &tls, service, limits, &metrics, &graceful);
     };
     let mut last_accept = accept_until(&listener, stop.cancelled(), accept).await;
     if !limits.shutdown_linger.is_zero() {
@@ -117,12 +133,46 @@ async fn accept_failed(error: std::io::Error) {
     tokio::time::sleep(Duration::from_millis(50)).await;
 }
 
+/// The router, whose HTTP/1 answers say `Connection: close` once the server is stopping (the
+/// module's doc says why); HTTP/2 has GOAWAY for that, which hyper sends at the drain.
+#[derive(Clone)]
+struct CloseWhenStopping {
+    inner: TowerToHyperService<Router>,
+    stopping: CancellationToken,
+}
+
+impl hyper::service::Service<Request<Incoming>> for CloseWhenStopping {
+    type Response =
+        <TowerToHyperService<Router> as hyper::service::Service<Request<Incoming>>>::Response;
+    type Error = <TowerToHyperService<Router> as hyper::service::Service<Request<Incoming>>>::Error;
+    type Future = std::pin::Pin<
+        Box<dyn Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let http1 = request.version() < Version::HTTP_2;
+        let answer = self.inner.call(request);
+        let stopping = self.stopping.clone();
+        Box::pin(async move {
+            let mut response = answer.await?;
+            // Checked when the answer is ready: a request that arrived before the stop and is
+            // answered after it closes its connection too.
+            if http1 && stopping.is_cancelled() {
+                response
+                    .headers_mut()
+                    .insert(CONNECTION, HeaderValue::from_static("close"));
+            }
+            Ok(response)
+        })
+    }
+}
+
 /// The handshake and the HTTP connection of one accepted socket, on a task of its own.
 fn spawn_connection(
     socket: TcpStream,
     peer: SocketAddr,
     tls: &TlsStore,
-    router: &Router,
+    service: CloseWhenStopping,
     limits: ConnLimits,
     metrics: &Metrics,
     graceful: &GracefulShutdown,
@@ -130,7 +180,6 @@ fn spawn_connection(
     let _ = socket.set_nodelay(true);
     let acceptor = tls.acceptor();
     let watcher = graceful.watcher();
-    let router = router.clone();
     let metrics = metrics.clone();
     let open = metrics.connection();
     tokio::spawn(async move {
@@ -160,7 +209,6 @@ fn spawn_connection(
             .timer(TokioTimer::new())
             .keep_alive_interval(Some(Duration::from_secs(30)))
             .keep_alive_timeout(Duration::from_secs(10));
-        let service = TowerToHyperService::new(router);
         let connection = builder.serve_connection(TokioIo::new(stream), service);
         if let Err(error) = watcher.watch(connection).await {
             tracing::debug!(%peer, %error, "connection ended with an error");

@@ -34,8 +34,12 @@
 //! (done by the kubelet, no process in the image), DNS (/etc/resolv.conf), the exact
 //! RuntimeDefault seccomp profile (a deny-list of the syscalls it refuses stands in).
 //!
+//! service.rs puts two replicas behind the chart's Service; placement.rs has the real
+//! kube-scheduler place the chart's replicas on Node objects (no Pod runs there).
+//!
 //! `cargo test --test chart_pod -- --nocapture`. Needs root and runc, like the runtime suite;
-//! `BOOKEND_SKIP_RUNTIME=1` skips it loudly. `BOOKEND_CHART_POD_KEEP=1` keeps the work directory.
+//! `BOOKEND_SKIP_RUNTIME=1` skips it loudly (not placement.rs, which needs neither).
+//! `BOOKEND_CHART_POD_KEEP=1` keeps the work directory.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -52,6 +56,7 @@ mod kube;
 mod tools;
 
 mod node;
+mod placement;
 mod pod;
 mod service;
 
@@ -118,6 +123,11 @@ pub(crate) fn helm(kubectl: &Kubectl, args: &[&str]) {
 
 /// `helm install` of the chart as release `bookend` in `bookend-system`, with `--set` values.
 pub(crate) fn install_chart(kubectl: &Kubectl, sets: &[&str]) {
+    install_chart_with(kubectl, sets, &[]);
+}
+
+/// `helm install` as [`install_chart`], with values files (`-f`) too.
+pub(crate) fn install_chart_with(kubectl: &Kubectl, sets: &[&str], files: &[&str]) {
     let mut args = vec![
         "install",
         RELEASE,
@@ -128,6 +138,9 @@ pub(crate) fn install_chart(kubectl: &Kubectl, sets: &[&str]) {
     ];
     for set in sets.iter().filter(|s| !s.is_empty()) {
         args.extend(["--set", set]);
+    }
+    for file in files {
+        args.extend(["--values", file]);
     }
     helm(kubectl, &args);
 }

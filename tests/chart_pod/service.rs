@@ -21,19 +21,20 @@ use crate::{NAMESPACE, RELEASE, TEAM, counter, http_get, root};
 const SELECTOR: &str = "app.kubernetes.io/instance=bookend,app.kubernetes.io/component=webhook";
 
 /// kube-controller-manager with the controllers a Deployment behind a Service needs.
-struct ControllerManager {
+pub(crate) struct ControllerManager {
     child: Child,
     log: std::path::PathBuf,
 }
 
 impl ControllerManager {
-    fn start(work: &Path, kubectl: &Kubectl) -> Self {
+    /// Runs `controllers` (kube-controller-manager's `--controllers`).
+    pub(crate) fn start(work: &Path, kubectl: &Kubectl, controllers: &str) -> Self {
         let log = work.join("kube-controller-manager.log");
         let file = std::fs::File::create(&log).expect("log");
         let child = Command::new(tools().path("kube-controller-manager"))
             .arg("--kubeconfig")
             .arg(&kubectl.kubeconfig)
-            .arg("--controllers=deployment-controller,replicaset-controller,endpointslice-controller,disruption-controller")
+            .arg(format!("--controllers={controllers}"))
             .args(["--leader-elect=false", "--secure-port=0", "--v=1"])
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("dup"))
@@ -150,14 +151,24 @@ fn two_replicas_behind_the_service_readiness_the_pdb_and_a_replacement() {
         .prefix("bookend-chart-service-")
         .tempdir()
         .expect("tempdir");
-    let work = tmp.path().to_owned();
+    // BOOKEND_CHART_POD_KEEP=1 keeps the logs of a failed run too.
+    let keep = std::env::var_os("BOOKEND_CHART_POD_KEEP").is_some();
+    let (work, _tmp) = if keep {
+        (tmp.keep(), None)
+    } else {
+        (tmp.path().to_owned(), Some(tmp))
+    };
     println!("work directory: {}", work.display());
     let cluster = crate::start_cluster(
         work.join("cluster"),
         &[("E2E_APISERVER_ARGS", "--enable-aggregator-routing=true")],
     );
     let kubectl = &cluster.kubectl;
-    let _controllers = ControllerManager::start(&work, kubectl);
+    let _controllers = ControllerManager::start(
+        &work,
+        kubectl,
+        "deployment-controller,replicaset-controller,endpointslice-controller,disruption-controller",
+    );
 
     // The chart's defaults: the webhooks call the Service, with the generated certificate.
     // Development only: `BOOKEND_CHART_POD_SET=a=b,c=d` adds `--set` values (to compare
@@ -328,43 +339,21 @@ fn two_replicas_behind_the_service_readiness_the_pdb_and_a_replacement() {
         failed.len()
     );
     assert!(created > 0);
-    // Open finding (docs/testing.md, "Two replicas behind the Service"): now and then the API
-    // server's call to a replica that is shutting down ends in EOF. The validating webhook
-    // (fail-closed) then refuses the CREATE; the mutating one (fail-open) is skipped and the
-    // validating backstop refuses the TaskRun without its steps. Until it is fixed, such
-    // failures are printed and tolerated unless BOOKEND_CHART_POD_STRICT=1, a skipped mutation
-    // only if the API server logged a mutating call ending in EOF; any other failure fails.
-    let apiserver_log =
-        std::fs::read_to_string(cluster.dir.join("kube-apiserver.log")).unwrap_or_default();
-    let mutate_eofs = apiserver_log
-        .lines()
-        .filter(|l| {
-            l.contains("Failed calling webhook, failing open taskruns.mutate.bookend.dev")
-                && l.ends_with(": EOF")
-        })
-        .count();
-    let eof = |e: &&String| {
-        e.contains("failed calling webhook")
-            && (e.contains(": EOF") || e.contains("connection reset by peer"))
-    };
-    let skipped = |e: &&String| e.contains("was bookend's mutating webhook skipped?");
-    let known: Vec<&String> = failed.iter().filter(|e| eof(e) || skipped(e)).collect();
-    let other: Vec<&String> = failed.iter().filter(|e| !eof(e) && !skipped(e)).collect();
-    assert!(other.is_empty(), "failed CREATEs: {other:#?}");
-    let skips = failed.iter().filter(|e| skipped(e)).count();
-    assert!(
-        skips <= mutate_eofs,
-        "{skips} CREATEs refused without a mutation, but only {mutate_eofs} mutating calls \
-         ended in EOF: {failed:#?}"
-    );
-    if !known.is_empty() {
-        println!(
-            "\n*** KNOWN ISSUE: {} of {created} CREATEs refused, a webhook call to a replica \
-             shutting down ended in EOF (docs/testing.md):\n{known:#?}\n",
-            known.len()
+    // None may fail. A replica that is stopping answers HTTP/1 with `Connection: close`, so
+    // the API server retires its keep-alive connections itself (docs/testing.md, "Two replicas
+    // behind the Service"); a failed call shows in the API server's log, printed here.
+    if !failed.is_empty() {
+        let apiserver_log =
+            std::fs::read_to_string(cluster.dir.join("kube-apiserver.log")).unwrap_or_default();
+        let calls: Vec<&str> = apiserver_log
+            .lines()
+            .filter(|l| l.contains("ailed calling webhook"))
+            .collect();
+        panic!(
+            "{} of {created} TaskRun CREATEs failed: {failed:#?}\nthe API server's failed webhook calls:\n{}",
+            failed.len(),
+            calls.join("\n")
         );
-        let strict = std::env::var("BOOKEND_CHART_POD_STRICT").is_ok_and(|v| v == "1");
-        assert!(!strict, "BOOKEND_CHART_POD_STRICT=1: no CREATE may fail");
     }
     let record = node.record.lock().unwrap();
     for (pod, status) in &record.ended {
@@ -382,7 +371,7 @@ fn two_replicas_behind_the_service_readiness_the_pdb_and_a_replacement() {
     drop(record);
     drop(node);
     drop(cluster);
-    if std::env::var_os("BOOKEND_CHART_POD_KEEP").is_some() {
-        println!("kept {}", tmp.keep().display());
+    if keep {
+        println!("kept {}", work.display());
     }
 }

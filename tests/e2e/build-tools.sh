@@ -123,6 +123,9 @@ build tekton-validate "$TVDIR"   "$tv_pkg"                             "-s -w" "
 # comes from the environment.
 [[ $(declare -p ONLY) == "declare -x"* ]] || ONLY+=" kube-controller-manager"
 build kube-controller-manager "$K8SBINS" k8s.io/kubernetes/cmd/kube-controller-manager "$K8S_LDFLAGS"
+# tests/chart_pod's placement test: the chart's spread and anti-affinity under the real scheduler.
+[[ $(declare -p ONLY) == "declare -x"* ]] || ONLY+=" kube-scheduler"
+build kube-scheduler "$K8SBINS" k8s.io/kubernetes/cmd/kube-scheduler "$K8S_LDFLAGS"
 
 # Tekton CRDs, taken from the tektoncd/pipeline module (no GitHub access needed).
 #   crds/upstream/300-*.yaml  as shipped by Tekton

@@ -360,6 +360,60 @@ async fn connections_dialled_around_the_stop_are_served_during_the_linger() {
 }
 
 #[tokio::test]
+async fn a_keep_alive_connection_used_after_the_stop_is_told_to_close() {
+    // The API server calls webhooks over HTTP/1.1 and reuses idle keep-alive connections; a
+    // connection the server closes at the drain races a POST the client is writing on it (the
+    // client sees EOF and does not retry a POST). So after the stop each answer tells the
+    // client to retire the connection itself.
+    let mut server = TestServer::start(Options {
+        shutdown_linger: Duration::from_secs(5),
+        ..Options::default()
+    })
+    .await;
+    let review = body(&sample_review());
+    let head = json_request_head("POST", "/mutate?timeout=10s", review.len());
+    let mut stream = raw_tls(&server).await;
+    let ask = async |stream: &mut tokio_rustls::client::TlsStream<TcpStream>| {
+        stream
+            .write_all(&[head.as_bytes(), &review].concat())
+            .await
+            .unwrap();
+        let (status, head, body) = read_http1(stream).await.expect("an answer");
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        head.to_ascii_lowercase()
+    };
+    let before = ask(&mut stream).await;
+    assert!(
+        !before.contains("connection: close"),
+        "before the stop the connection is kept alive: {before}"
+    );
+
+    server.trigger_shutdown();
+    eventually("/readyz to turn 503", Duration::from_secs(10), || async {
+        reqwest::get(format!("http://{}/readyz", server.admin))
+            .await
+            .is_ok_and(|r| r.status() == 503)
+    })
+    .await;
+    let after = ask(&mut stream).await;
+    assert!(
+        after.contains("connection: close"),
+        "after the stop the answer retires the connection: {after}"
+    );
+    // And the server closes it after that answer, within the linger, not at the drain.
+    let mut rest = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut rest)).await;
+    assert!(
+        matches!(read, Ok(Ok(0))),
+        "the connection closes after its answer: {read:?}"
+    );
+    tokio::time::timeout(Duration::from_secs(15), server.handle.take().unwrap())
+        .await
+        .expect("run returns after the linger and the drain")
+        .unwrap();
+}
+
+#[tokio::test]
 async fn a_connection_accepted_just_before_the_listener_closes_is_answered() {
     // No linger: the listener closes at the stop. A connection the server accepted just
     // before, whose handshake and request come after, still gets its answer.
