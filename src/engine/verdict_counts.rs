@@ -12,7 +12,7 @@
 //! records: a StepPolicy only in its own namespace, a policy that selects by namespace alone
 //! only where it selects. Cause keys are bounded, so no mark can grow a status without limit.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
@@ -23,8 +23,8 @@ use super::SubjectFacts;
 use super::lookup::Lookup;
 use super::record::VERIFIED_ANNOTATION;
 use super::verify::{self, RunVerdict, Verification};
-use crate::policy::PolicySet;
 use crate::policy::api::{LastFailure, VerificationStatus};
+use crate::policy::{Policy, PolicySet};
 use crate::tekton::TaskRunView;
 
 /// Distinct cause keys kept per policy; further ones are counted as `other`.
@@ -119,7 +119,8 @@ pub enum Skipped {
 /// The counts of one window, fed one TaskRun's metadata at a time (a page of a list is
 /// dropped once it is fed).
 pub struct Tally<'a> {
-    set: &'a PolicySet,
+    /// The loaded policies by `Kind/name`.
+    policies: HashMap<String, &'a Policy>,
     lookup: &'a dyn Lookup,
     /// The window: (start, end] in seconds since the epoch.
     start: i64,
@@ -140,17 +141,21 @@ impl<'a> Tally<'a> {
         end: Timestamp,
         window: Duration,
     ) -> Self {
+        let policies: HashMap<String, &Policy> = set
+            .policies()
+            .iter()
+            .map(|p| (p.id.to_string(), p))
+            .collect();
         Self {
-            set,
             lookup,
             start: end.as_second().saturating_sub(window.as_secs() as i64),
             end,
             window,
-            counts: set
-                .policies()
-                .iter()
-                .map(|p| (p.id.to_string(), Counts::default()))
+            counts: policies
+                .keys()
+                .map(|id| (id.clone(), Counts::default()))
                 .collect(),
+            policies,
             taskruns: 0,
             skipped: BTreeMap::new(),
         }
@@ -195,12 +200,7 @@ impl<'a> Tally<'a> {
         let facts = SubjectFacts::of(&view, namespace, self.lookup);
         let subject = facts.subject(namespace);
         for (policy_id, verdict) in &mark.verdicts {
-            let Some(policy) = self
-                .set
-                .policies()
-                .iter()
-                .find(|p| &p.id.to_string() == policy_id)
-            else {
+            let Some(policy) = self.policies.get(policy_id) else {
                 // Not loaded now: it has no status to count into.
                 continue;
             };

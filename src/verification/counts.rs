@@ -196,13 +196,13 @@ async fn write(
             }
         }
     }
-    written.retain(|key, _| {
-        snapshot
-            .set
-            .policies()
-            .iter()
-            .any(|p| &p.id.to_string() == key)
-    });
+    let loaded: std::collections::HashSet<String> = snapshot
+        .set
+        .policies()
+        .iter()
+        .map(|p| p.id.to_string())
+        .collect();
+    written.retain(|key, _| loaded.contains(key));
 }
 
 #[cfg(test)]
