@@ -57,6 +57,8 @@ pub struct Options {
     pub report_api: reports::ReportApiChoice,
     /// Post-run verification of the TaskRuns bookend injected into (`--verify-runs`).
     pub verify_runs: bool,
+    /// The policies' `status.verification`: its window and how often it is counted.
+    pub verification_counts: crate::verification::counts::Options,
 }
 
 impl Default for Options {
@@ -67,6 +69,7 @@ impl Default for Options {
             report_limit: reports::DEFAULT_LIMIT,
             report_api: reports::ReportApiChoice::Auto,
             verify_runs: true,
+            verification_counts: Default::default(),
         }
     }
 }

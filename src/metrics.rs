@@ -143,6 +143,8 @@ pub struct Metrics {
     step_duration: HistogramFamily<StepLabels>,
     verdicts: Family<VerdictLabels, Counter>,
     taskruns_watched: Gauge,
+    verification_counted: Gauge,
+    verification_count_errors: Counter,
     verification_errors: Counter,
     verifications_unmarked: Family<UnmarkedLabels, Counter>,
     verifications_ignored: Counter,
@@ -307,6 +309,18 @@ impl Metrics {
         for reason in ["deleted", "unmarkable"] {
             let _ = verifications_unmarked.get_or_create(&UnmarkedLabels { reason });
         }
+        let verification_counted = Gauge::default();
+        registry.register(
+            "bookend_verification_counted_taskruns",
+            "TaskRuns with a bookend.dev/verified mark read by the last count of the policies' status.verification (kubernetes mode)",
+            verification_counted.clone(),
+        );
+        let verification_count_errors = Counter::default();
+        registry.register(
+            "bookend_verification_count_errors",
+            "Counts of the policies' status.verification that failed (the TaskRun list failed; counted again next period)",
+            verification_count_errors.clone(),
+        );
         let verifications_ignored = Counter::default();
         registry.register(
             "bookend_verifications_ignored",
@@ -346,6 +360,8 @@ impl Metrics {
             step_duration,
             verdicts,
             taskruns_watched,
+            verification_counted,
+            verification_count_errors,
             verification_errors,
             verifications_unmarked,
             verifications_ignored,
@@ -400,6 +416,16 @@ impl Metrics {
     /// How many injected TaskRuns are being watched until they finish.
     pub fn set_taskruns_watched(&self, n: usize) {
         self.taskruns_watched.set(n as i64);
+    }
+
+    /// How many marked TaskRuns the last count of the policies' verdicts read.
+    pub fn set_verification_counted(&self, n: u64) {
+        self.verification_counted.set(n as i64);
+    }
+
+    /// A count of the policies' verdicts that failed.
+    pub fn verification_count_error(&self) {
+        self.verification_count_errors.inc();
     }
 
     pub fn verification_error(&self) {
@@ -611,6 +637,8 @@ mod tests {
             "bookend_tekton_info{version=\"v1.15.0\",supported=\"true\",step_actions=\"true\",api_fields=\"beta\"} 1",
             "bookend_taskruns_watched 0",
             "bookend_verification_errors_total 0",
+            "bookend_verification_counted_taskruns 0",
+            "bookend_verification_count_errors_total 0",
             "bookend_verifications_unmarked_total{reason=\"deleted\"} 0",
             "bookend_verifications_ignored_total 0",
             "bookend_step_runs_total{policy=\"ClusterStepPolicy/a\",step=\"bookend-a\",outcome=\"completed\"} 1",

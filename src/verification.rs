@@ -35,12 +35,15 @@
 //! ([`verify::policies_out_of_reach`]) is not verified but counted: bookend's admission did not
 //! write that record.
 
+pub mod counts;
+
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
@@ -48,6 +51,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use serde_json::{Value, json};
 
 use crate::engine::record;
+use crate::engine::verdict_counts::Mark;
 use crate::engine::verify::{self, RunVerdict, Verification};
 use crate::metrics::Metrics;
 use crate::reports::{self, Reports, Subject};
@@ -88,21 +92,12 @@ pub fn seen(taskrun: &Value) -> Seen {
     }
 }
 
-/// The value of the mark: each policy's verdict, as JSON.
-pub fn mark(verification: &Verification) -> String {
-    let verdicts: serde_json::Map<String, Value> = verification
-        .policies
-        .iter()
-        .map(|p| (p.policy.clone(), json!(p.verdict.as_str())))
-        .collect();
-    Value::Object(verdicts).to_string()
-}
-
-/// The merge patch that marks the TaskRun verified, valid only against `resource_version`.
-pub fn mark_patch(verification: &Verification, resource_version: &str) -> Value {
+/// The merge patch that marks the TaskRun verified at `at`, valid only against
+/// `resource_version`.
+pub fn mark_patch(verification: &Verification, at: Timestamp, resource_version: &str) -> Value {
     json!({"metadata": {
         "resourceVersion": resource_version,
-        "annotations": {VERIFIED_ANNOTATION: mark(verification)},
+        "annotations": {VERIFIED_ANNOTATION: Mark::of(verification, at).to_annotation()},
     }})
 }
 
@@ -381,7 +376,7 @@ impl Writer {
         verification: &Verification,
         resource_version: &str,
     ) -> Marking {
-        let patch = mark_patch(verification, resource_version);
+        let patch = mark_patch(verification, Timestamp::now(), resource_version);
         match api
             .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
@@ -487,11 +482,12 @@ mod tests {
     #[test]
     fn the_mark_carries_the_resource_version_precondition_and_the_verdicts() {
         let v = verification(RunVerdict::Pass);
+        let at = "2026-12-02T08:00:00Z".parse().unwrap();
         assert_eq!(
-            mark_patch(&v, "4711"),
+            mark_patch(&v, at, "4711"),
             json!({"metadata": {
                 "resourceVersion": "4711",
-                "annotations": {"bookend.dev/verified": "{\"ClusterStepPolicy/sbom\":\"pass\"}"},
+                "annotations": {"bookend.dev/verified": r#"{"at":"2026-12-02T08:00:00Z","verdicts":{"ClusterStepPolicy/sbom":"pass"}}"#},
             }})
         );
     }

@@ -121,6 +121,14 @@ pub struct ServeArgs {
     /// policy, metrics, and the bookend.dev/verified mark. Needs list/watch/patch on taskruns.
     #[arg(long, value_name = "BOOL", default_value_t = true, action = clap::ArgAction::Set, env = "BOOKEND_VERIFY_RUNS")]
     pub verify_runs: bool,
+    /// Kubernetes mode, with --verify-runs: how far back each policy's status.verification
+    /// counts the verdicts (from the marks on the TaskRuns that still exist).
+    #[arg(long, default_value = "24h", env = "BOOKEND_VERIFICATION_WINDOW", value_name = "DURATION", value_parser = parse_verification_window)]
+    pub verification_window: Duration,
+    /// How often the policies' status.verification is counted (one metadata-only list of the
+    /// marked TaskRuns per replica and period).
+    #[arg(long, default_value = "5m", env = "BOOKEND_VERIFICATION_COUNT_INTERVAL", value_name = "DURATION", value_parser = parse_count_interval)]
+    pub verification_count_interval: Duration,
     /// Results kept in each namespace's PolicyReport (the newest; at most 1000).
     #[arg(long, value_name = "N", default_value_t = crate::reports::DEFAULT_LIMIT, value_parser = parse_report_limit)]
     pub policy_report_max_results: usize,
@@ -136,6 +144,32 @@ fn parse_report_limit(text: &str) -> Result<usize, String> {
             crate::reports::MAX_LIMIT
         )),
     }
+}
+
+/// A window of whole seconds, from a minute to 90 days.
+fn parse_verification_window(text: &str) -> Result<Duration, String> {
+    whole_seconds(
+        text,
+        Duration::from_secs(60),
+        Duration::from_secs(90 * 86_400),
+    )
+}
+
+/// A period of whole seconds, from one second to a day.
+fn parse_count_interval(text: &str) -> Result<Duration, String> {
+    whole_seconds(text, Duration::from_secs(1), Duration::from_secs(86_400))
+}
+
+fn whole_seconds(text: &str, min: Duration, max: Duration) -> Result<Duration, String> {
+    let d = parse_duration(text)?;
+    if d.subsec_nanos() != 0 || d < min || d > max {
+        return Err(format!(
+            "{text:?} must be whole seconds from {}s to {}s",
+            min.as_secs(),
+            max.as_secs()
+        ));
+    }
+    Ok(d)
 }
 
 /// Durations as Kubernetes and Go write them — `500ms`, `5s`, `1m30s`, `2h` — parsed by
@@ -192,6 +226,10 @@ impl ServeArgs {
                         ReportApiArg::Auto => crate::reports::ReportApiChoice::Auto,
                     },
                     verify_runs: self.verify_runs,
+                    verification_counts: crate::verification::counts::Options {
+                        window: self.verification_window,
+                        interval: self.verification_count_interval,
+                    },
                 }),
             },
             settings: self.engine.settings()?,
@@ -329,6 +367,34 @@ mod tests {
             "--verify-runs=false",
         ]);
         assert!(!off.taskrun_events && !off.policy_reports && !off.verify_runs);
+        assert_eq!(
+            (
+                default.verification_window,
+                default.verification_count_interval
+            ),
+            (Duration::from_secs(86_400), Duration::from_secs(300))
+        );
+        let counted = parse(&[
+            "--verification-window=7d",
+            "--verification-count-interval=30s",
+        ]);
+        assert_eq!(
+            (
+                counted.verification_window,
+                counted.verification_count_interval
+            ),
+            (Duration::from_secs(7 * 86_400), Duration::from_secs(30))
+        );
+        for bad in [
+            "--verification-window=10s",
+            "--verification-window=90500ms",
+            "--verification-count-interval=0s",
+            "--verification-count-interval=500ms",
+            "--verification-window=200d",
+        ] {
+            let err = crate::cli::Cli::try_parse_from(["bookend", "serve", bad]).unwrap_err();
+            assert!(err.to_string().contains("whole seconds"), "{bad}: {err}");
+        }
         assert_eq!(off.policy_report_max_results, 50);
         assert!(
             crate::cli::Cli::try_parse_from([

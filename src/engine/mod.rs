@@ -16,6 +16,7 @@ mod recognise;
 pub mod record;
 pub mod reindex;
 mod resolved;
+pub mod verdict_counts;
 pub mod verify;
 
 use std::collections::BTreeMap;

@@ -249,14 +249,20 @@ pub fn policies_out_of_reach(taskrun: &Value, set: &PolicySet, lookup: &dyn Look
             set.policies()
                 .iter()
                 .find(|p| p.id.to_string() == entry.policy)
-                .is_some_and(|policy| match policy.verdict(&subject) {
-                    Verdict::Matched => false,
-                    Verdict::OtherNamespace => true,
-                    Verdict::NotMatched(_) | Verdict::Excluded(_) => policy.namespace_level_only(),
-                })
+                .is_some_and(|policy| out_of_reach(policy, &subject))
         })
         .map(|entry| entry.policy.clone())
         .collect()
+}
+
+/// Whether `policy` cannot apply to `subject` whatever the TaskRun's labels say: a StepPolicy
+/// of another namespace, or a policy whose criteria are all namespace-level and do not match.
+pub(super) fn out_of_reach(policy: &Policy, subject: &crate::policy::select::Subject<'_>) -> bool {
+    match policy.verdict(subject) {
+        Verdict::Matched => false,
+        Verdict::OtherNamespace => true,
+        Verdict::NotMatched(_) | Verdict::Excluded(_) => policy.namespace_level_only(),
+    }
 }
 
 /// Whether the TaskRun is done: its `Succeeded` condition is `True` or `False`.

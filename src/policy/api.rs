@@ -37,6 +37,8 @@ pub const API_VERSION: &str = "bookend.dev/v1alpha1";
     printcolumn = r#"{"name":"Reason","type":"string","description":"Loaded, TektonUnsupported, Invalid or Conflict","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Mode","type":"string","jsonPath":".spec.mode"}"#,
     printcolumn = r#"{"name":"Priority","type":"integer","jsonPath":".spec.priority"}"#,
+    printcolumn = r#"{"name":"Failed","type":"integer","description":"TaskRuns whose org steps of this policy did not run as they must, over status.verification.window","jsonPath":".status.verification.failed"}"#,
+    printcolumn = r#"{"name":"Passed","type":"integer","priority":1,"description":"TaskRuns whose org steps of this policy ran as they must, over status.verification.window","jsonPath":".status.verification.passed"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#,
     printcolumn = r#"{"name":"PostStepsRun","type":"string","priority":1,"jsonPath":".spec.postStepsRun"}"#,
     printcolumn = r#"{"name":"Message","type":"string","priority":1,"jsonPath":".status.conditions[?(@.type==\"Ready\")].message"}"#
@@ -162,6 +164,47 @@ pub struct StepPolicyStatus {
     /// The volumes the policy adds now.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub volumes: Vec<String>,
+    /// Post-run verification over a window: how many finished TaskRuns ran this policy's
+    /// steps as its `postStepsRun` says (`passed`) and how many did not (`failed`), counted
+    /// from the `bookend.dev/verified` marks on the TaskRuns that still exist.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<VerificationStatus>,
+}
+
+/// The verdicts on one policy over a window, counted from the marks on the TaskRuns (every
+/// replica counts the same marks, so they agree). TaskRuns deleted (pruned) leave the counts;
+/// the metric `bookend_run_verdicts_total` is the durable record.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VerificationStatus {
+    /// How far back the counts reach from `observedAt` (e.g. `24h`).
+    pub window: String,
+    /// The end of the window: verdicts marked after it are in the next count (RFC 3339).
+    #[schemars(schema_with = "date_time_schema")]
+    pub observed_at: String,
+    /// TaskRuns whose org steps of this policy ran as they must.
+    pub passed: i64,
+    /// TaskRuns whose org steps of this policy did not.
+    pub failed: i64,
+    /// `failed` by cause (`did_not_run`, `not_injected`, `failed`, …), as the verdict names it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub failed_by_cause: BTreeMap<String, i64>,
+    /// The latest failure in the window.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_failure: Option<LastFailure>,
+}
+
+/// One failed verdict: which TaskRun, why and when. The Event on the TaskRun and its
+/// PolicyReport result carry the full reason.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct LastFailure {
+    pub namespace: String,
+    pub name: String,
+    pub cause: String,
+    /// When bookend marked the verdict (RFC 3339).
+    #[schemars(schema_with = "date_time_schema")]
+    pub at: String,
 }
 
 /// A condition of a policy, as Kubernetes conditions are written.

@@ -167,6 +167,12 @@ async fn bind_with(config: Config, review: Review) -> Result<Bound, Error> {
                         metrics.clone(),
                     )
                 });
+                verification::counts::start(
+                    client.clone(),
+                    source.clone(),
+                    options.verification_counts,
+                    metrics.clone(),
+                );
                 verification::start(
                     client,
                     source.clone(),

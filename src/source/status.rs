@@ -195,6 +195,8 @@ pub fn desired(
         pre_steps,
         post_steps,
         volumes,
+        // Written by the verification count under a field manager of its own.
+        verification: None,
     }
 }
 
@@ -298,10 +300,16 @@ async fn write_one(
     if object.metadata.generation != target.generation {
         return;
     }
+    // `verification` is the verification count's (`crate::verdict_counts`), not this
+    // writer's: left out of the comparison and of the apply.
     let current: Option<StepPolicyStatus> = object
         .data
         .get("status")
-        .and_then(|s| serde_json::from_value(s.clone()).ok());
+        .and_then(|s| serde_json::from_value(s.clone()).ok())
+        .map(|status: StepPolicyStatus| StepPolicyStatus {
+            verification: None,
+            ..status
+        });
     let desired = desired(&target.state, target.generation, current.as_ref(), &now());
     if current.as_ref() == Some(&desired) {
         return;

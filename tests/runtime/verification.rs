@@ -16,7 +16,7 @@ use crate::scenarios::{ALWAYS, Ctx};
 const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
 const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
 
-/// The mark bookend writes on a finished TaskRun: policy -> verdict.
+/// The verdicts of the mark bookend writes on a finished TaskRun: policy -> verdict.
 fn mark(env: &Env, run: &Finished) -> Value {
     poll(
         &format!("{} marked bookend.dev/verified", run.name()),
@@ -28,7 +28,9 @@ fn mark(env: &Env, run: &Finished) -> Value {
             let text = object["metadata"]["annotations"]["bookend.dev/verified"]
                 .as_str()
                 .ok_or_else(|| "not yet".to_owned())?;
-            serde_json::from_str(text).map_err(|e| e.to_string())
+            serde_json::from_str::<Value>(text)
+                .map(|mark| mark["verdicts"].clone())
+                .map_err(|e| e.to_string())
         },
     )
 }

@@ -11,6 +11,10 @@
 //! bookend produces its verdict exactly once, after it finished; a TaskRun bookend did not
 //! inject into is never selected by the watch.
 //!
+//! Where the webhooks do not run, anyone writes any mark. Invariant of the policies' counts
+//! (`status.verification`): a mark counts for a policy only on a TaskRun in a namespace where
+//! that policy can apply, and no mark adds a cause key that is not a short lowercase word.
+//!
 //! `BOOKEND_SECURITY_CASES` sets the number of sequences (default 3000); failing seeds are kept
 //! in `tests/security/marks.proptest-regressions`.
 
@@ -263,4 +267,123 @@ fn no_hostile_create_or_update_escapes_verification() {
         injected > 0 && admitted > 0 && refused > 0,
         "the generator reaches every answer"
     );
+}
+
+/// The policies whose reach the counting invariant checks, and the namespaces each can apply
+/// in (read from `cases::POLICIES`, apart from the engine).
+/// Whether a namespace is one a policy can apply in.
+type Reaches = fn(&str) -> bool;
+
+const REACH: [(&str, Reaches); 5] = [
+    ("ClusterStepPolicy/org-creds", |ns| ns.starts_with("team-")),
+    ("ClusterStepPolicy/org-sbom", |ns| ns.starts_with("team-")),
+    ("StepPolicy/team-a/team-lint", |ns| ns == "team-a"),
+    ("ClusterStepPolicy/strict-refs", |ns| ns == "strict"),
+    ("ClusterStepPolicy/skip-refs", |ns| ns == "skip"),
+];
+
+/// One mark entry: (policy, verdict, cause).
+type Entry = (&'static str, &'static str, String);
+
+/// Marked TaskRuns as anyone could write them where the webhooks do not run:
+/// (namespace, entries) each.
+fn forged_marks() -> impl Strategy<Value = Vec<(&'static str, Vec<Entry>)>> {
+    let namespace = prop_oneof![
+        Just("team-a"),
+        Just("team-b"),
+        Just("strict"),
+        Just("skip"),
+        Just("kube-system"),
+        Just("bookend-system"),
+    ];
+    let policy = prop_oneof![
+        Just("ClusterStepPolicy/org-creds"),
+        Just("ClusterStepPolicy/org-sbom"),
+        Just("StepPolicy/team-a/team-lint"),
+        Just("StepPolicy/team-b/team-lint"),
+        Just("ClusterStepPolicy/strict-refs"),
+        Just("ClusterStepPolicy/skip-refs"),
+        Just("ClusterStepPolicy/gone"),
+    ];
+    let verdict =
+        prop_oneof![4 => Just("pass"), 4 => Just("fail"), 1 => Just("PASS"), 1 => Just("")];
+    let cause = prop_oneof![
+        Just(String::new()),
+        Just("did_not_run".to_owned()),
+        "[a-z_]{1,8}",
+        "\\PC{0,80}",
+    ];
+    prop::collection::vec(
+        (
+            namespace,
+            prop::collection::vec((policy, verdict, cause), 0..5),
+        ),
+        0..24,
+    )
+}
+
+#[test]
+fn no_forged_mark_counts_for_a_policy_that_cannot_apply_in_its_namespace() {
+    use bookend::engine::verdict_counts::{Mark, Tally};
+    use std::time::Duration;
+
+    let set = policies_knowing_bookend();
+    let catalog = catalog();
+    let config = Config {
+        cases: super::invariant::cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/marks.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let end: k8s_openapi::jiff::Timestamp = "2026-12-02T12:00:00Z".parse().unwrap();
+    proptest!(config, |(runs in forged_marks())| {
+        let mut tally = Tally::new(&set, &catalog, end, Duration::from_secs(3600));
+        let mut expected: std::collections::BTreeMap<&str, (i64, i64)> = Default::default();
+        for (i, (namespace, entries)) in runs.iter().enumerate() {
+            let mut mark = Mark { at: "2026-12-02T11:30:00Z".to_owned(), ..Mark::default() };
+            for (policy, verdict, cause) in entries {
+                mark.verdicts.insert((*policy).to_owned(), (*verdict).to_owned());
+                if !cause.is_empty() {
+                    mark.causes.insert((*policy).to_owned(), cause.clone());
+                }
+            }
+            // A later entry for the same policy replaces an earlier one, as in the JSON map.
+            for (policy, verdict) in &mark.verdicts {
+                if let Some((_, reaches)) = REACH.iter().find(|(p, _)| p == policy)
+                    && reaches(namespace)
+                {
+                    let e = expected.entry(REACH.iter().find(|(p, _)| p == policy).unwrap().0).or_default();
+                    match verdict.as_str() {
+                        "pass" => e.0 += 1,
+                        "fail" => e.1 += 1,
+                        _ => {}
+                    }
+                }
+            }
+            tally.add(&json!({
+                "namespace": namespace,
+                "name": format!("run-{i}"),
+                "labels": {record::LABEL: record::LABEL_VALUE},
+                "annotations": {record::VERIFIED_ANNOTATION: mark.to_annotation()},
+            }));
+        }
+        let statuses = tally.statuses();
+        for (policy, _) in REACH {
+            let s = &statuses[policy];
+            prop_assert_eq!((s.passed, s.failed), expected.get(policy).copied().unwrap_or_default(), "{}", policy);
+            prop_assert_eq!(s.failed_by_cause.values().sum::<i64>(), s.failed);
+            prop_assert!(s.failed_by_cause.len() <= 17, "{:?}", s.failed_by_cause);
+            for cause in s.failed_by_cause.keys() {
+                prop_assert!(
+                    !cause.is_empty() && cause.len() <= 63
+                        && cause.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'),
+                    "{:?}", cause
+                );
+            }
+            if let Some(last) = &s.last_failure {
+                prop_assert!(REACH.iter().any(|(p, reaches)| *p == policy && reaches(&last.namespace)));
+            }
+        }
+    });
 }

@@ -254,7 +254,7 @@ const TASKS: &[Task] = &[
     Task {
         name: "verify-memory",
         args: "[N]",
-        about: "scripts/verify-memory.sh: bookend's memory with N TaskRuns watched, then verified (release build)",
+        about: "scripts/verify-memory.sh: bookend's memory with N TaskRuns watched, then verified, then counted into the policy's status (release build)",
         run: |args| {
             run(cargo().args(["build", "--release", "--bin", "bookend"]))?;
             run(bash("scripts/verify-memory.sh").args(args))

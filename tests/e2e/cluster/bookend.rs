@@ -33,6 +33,19 @@ impl Bookend {
         Self::start_bin(&bookend_bin(), work, port, cert, key, kubeconfig)
     }
 
+    /// `start`, counting the policies' verdicts (`status.verification`) every `interval`
+    /// instead of once at the start (the other scenarios' status stays still).
+    pub(super) fn start_counting(
+        work: &Path,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        kubeconfig: &Path,
+        interval: &str,
+    ) -> Self {
+        Self::start_with(&bookend_bin(), work, port, cert, key, kubeconfig, interval)
+    }
+
     /// `start` with another bookend binary (the previous release, for the upgrade test).
     pub(super) fn start_bin(
         bin: &Path,
@@ -41,6 +54,18 @@ impl Bookend {
         cert: &Path,
         key: &Path,
         kubeconfig: &Path,
+    ) -> Self {
+        Self::start_with(bin, work, port, cert, key, kubeconfig, "1d")
+    }
+
+    fn start_with(
+        bin: &Path,
+        work: &Path,
+        port: u16,
+        cert: &Path,
+        key: &Path,
+        kubeconfig: &Path,
+        count_interval: &str,
     ) -> Self {
         let mut admin = free_port();
         while admin == port {
@@ -60,6 +85,8 @@ impl Bookend {
             .arg("--admin-listen")
             .arg(format!("127.0.0.1:{admin}"))
             .env("KUBECONFIG", kubeconfig)
+            // The first count is at the start; the next at midnight UTC unless told otherwise.
+            .env("BOOKEND_VERIFICATION_COUNT_INTERVAL", count_interval)
             .current_dir(work)
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("dup log"))

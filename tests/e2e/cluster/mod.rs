@@ -62,7 +62,7 @@ use status::{
 use tasks::{scenario_remote_task_dry_run, scenario_task_ref};
 use verification::{
     scenario_post_run_verification, scenario_remote_marks_and_unmarkable_taskruns,
-    scenario_verification_cannot_be_escaped,
+    scenario_verification_cannot_be_escaped, scenario_verification_counts_by_namespace,
 };
 
 const TEAM_A: &str = "team-a";
@@ -222,7 +222,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 27] = [
+    let scenarios: [(&str, Scenario); 28] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -287,8 +287,12 @@ fn real_apiserver_calls_bookend() {
         // Before openreports: it reads the run results from the PolicyReport, which `auto`
         // leaves for the Report once that CRD is installed.
         (
-            "post-run verification: verdicts, Event, report, metrics; once across a restart and two replicas",
+            "post-run verification: verdicts, Event, report, metrics, the policy's counts; once across a restart and two replicas",
             scenario_post_run_verification,
+        ),
+        (
+            "post-run verification: a policy's status counts the verdicts of its namespaces only; forged marks count for none",
+            scenario_verification_counts_by_namespace,
         ),
         (
             "post-run verification cannot be escaped: marks bookend's alone at CREATE and UPDATE",

@@ -13,7 +13,7 @@ use super::objects::{busybox_step, first_line, metadata_str, step_names, taskrun
 use super::{Ctx, TEAM_A, TEAM_B};
 
 /// `kubectl get clustersteppolicies` as a user reads it: name -> the other columns (READY,
-/// REASON, MODE, PRIORITY, AGE).
+/// REASON, MODE, PRIORITY, FAILED, AGE).
 fn policy_table(cluster: &Cluster) -> HashMap<String, Vec<String>> {
     let out = cluster
         .kubectl(&["get", "clustersteppolicies"])
@@ -22,7 +22,9 @@ fn policy_table(cluster: &Cluster) -> HashMap<String, Vec<String>> {
     let header: Vec<&str> = lines.next().unwrap_or("").split_whitespace().collect();
     assert_eq!(
         header,
-        ["NAME", "READY", "REASON", "MODE", "PRIORITY", "AGE"],
+        [
+            "NAME", "READY", "REASON", "MODE", "PRIORITY", "FAILED", "AGE"
+        ],
         "the printer columns"
     );
     lines

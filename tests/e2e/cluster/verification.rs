@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use crate::kube::poll;
 
 use super::bookend::Bookend;
-use super::objects::{metadata_str, step_names, taskrun};
+use super::objects::{busybox_step, metadata_str, step_names, taskrun};
 use super::{Ctx, TEAM_A};
 
 const VERIFIED: &str = "bookend.dev/verified";
@@ -100,7 +100,7 @@ fn create(ctx: &mut Ctx, name: &str) -> Value {
     created
 }
 
-/// Polls until the TaskRun carries the mark; returns it (policy -> verdict).
+/// Polls until the TaskRun carries the mark; returns its verdicts (policy -> verdict).
 fn poll_mark(ctx: &Ctx, name: &str) -> Value {
     poll(
         &format!("{name} marked {VERIFIED}"),
@@ -112,7 +112,8 @@ fn poll_mark(ctx: &Ctx, name: &str) -> Value {
             object["metadata"]["annotations"][VERIFIED]
                 .as_str()
                 .ok_or_else(|| format!("{}", object["metadata"]["annotations"]))
-                .and_then(|text| serde_json::from_str(text).map_err(|e| e.to_string()))
+                .and_then(|text| serde_json::from_str::<Value>(text).map_err(|e| e.to_string()))
+                .map(|mark| mark["verdicts"].clone())
         },
     )
 }
@@ -243,12 +244,13 @@ pub(super) fn scenario_post_run_verification(ctx: &mut Ctx) -> String {
     finish(ctx, "verify-late", None);
     let work = ctx.work.clone();
     let port = ctx.bookend.port;
-    ctx.bookend = Bookend::start(
+    ctx.bookend = Bookend::start_counting(
         &work,
         port,
         &ctx.certs.live("tls.crt"),
         &ctx.certs.live("tls.key"),
         &work.join("bookend.kubeconfig"),
+        COUNT_INTERVAL,
     );
     ctx.bookend.wait_ready(Duration::from_secs(60));
     assert_eq!(poll_mark(ctx, "verify-late")[SBOM], json!("pass"));
@@ -277,12 +279,13 @@ pub(super) fn scenario_post_run_verification(ctx: &mut Ctx) -> String {
     // one of them count each.
     let second_dir = work.join("replica-2");
     std::fs::create_dir_all(&second_dir).expect("replica-2 directory");
-    let mut second = Bookend::start(
+    let mut second = Bookend::start_counting(
         &second_dir,
         crate::kube::free_port(),
         &ctx.certs.live("tls.crt"),
         &ctx.certs.live("tls.key"),
         &work.join("bookend.kubeconfig"),
+        COUNT_INTERVAL,
     );
     second.wait_ready(Duration::from_secs(60));
     let names: Vec<String> = (0..6).map(|i| format!("verify-replicas-{i}")).collect();
@@ -316,10 +319,173 @@ pub(super) fn scenario_post_run_verification(ctx: &mut Ctx) -> String {
         "each TaskRun counted once across two replicas"
     );
     let split = (metric(&ctx.bookend, SBOM_FAIL), metric(&second, SBOM_FAIL));
+    // Both replicas count the policies' verdicts from the marks: one status for both.
+    let failed = 1 + names.len() as i64;
+    let counts = poll_counts(ctx, &["clustersteppolicy", "org-sbom"], |v| {
+        v["passed"] == json!(2) && v["failed"] == json!(failed)
+    });
     second.stop();
+    assert_eq!(counts["failedByCause"], json!({"did_not_run": failed}));
+    assert_eq!(counts["window"], "24h");
+    let last = &counts["lastFailure"];
+    assert!(
+        last["namespace"] == TEAM_A
+            && last["cause"] == "did_not_run"
+            && last["name"]
+                .as_str()
+                .is_some_and(|n| n.starts_with("verify-replicas-")),
+        "{counts}"
+    );
+    assert_eq!(
+        poll_counts(
+            ctx,
+            &["clustersteppolicy", "org-credentials"],
+            |v| v["passed"] == json!(2 + failed)
+        )["failed"],
+        json!(0),
+        "org-credentials' pre-step ran every time"
+    );
+    let table = ctx
+        .cluster
+        .kubectl(&["get", "clustersteppolicy", "org-sbom"])
+        .expect_ok("kubectl get clustersteppolicy org-sbom")
+        .stdout;
+    let cell = |line: &str| line.split_whitespace().nth(5).map(str::to_owned);
+    let mut lines = table.lines();
+    assert_eq!(
+        (lines.next().and_then(cell), lines.next().and_then(cell)),
+        (Some("FAILED".to_owned()), Some(failed.to_string())),
+        "the FAILED column: {table}"
+    );
+    // A pruned TaskRun leaves the window (the metrics keep it).
+    ctx.cluster
+        .kubectl(&["delete", "taskrun", "verify-timeout", "-n", TEAM_A])
+        .expect_ok("delete verify-timeout");
+    poll_counts(ctx, &["clustersteppolicy", "org-sbom"], |v| {
+        v["failed"] == json!(failed - 1)
+    });
     format!(
-        "pass, TaskRun timeout (Event, report, metrics), a restart, two replicas (split {split:?}): each counted once"
+        "pass, TaskRun timeout (Event, report, metrics), a restart, two replicas (split {split:?}): each counted once; \
+         org-sbom's status: {failed} failed, 2 passed, one less once a TaskRun is deleted"
     )
+}
+
+/// How often the scenarios count the policies' verdicts.
+const COUNT_INTERVAL: &str = "2s";
+
+/// Polls the policy's `status.verification` until `done` holds for it; returns it.
+fn poll_counts(ctx: &Ctx, policy: &[&str], done: impl Fn(&Value) -> bool) -> Value {
+    poll(
+        &format!("{policy:?} status.verification"),
+        Duration::from_secs(30),
+        || {
+            let object = ctx.cluster.get_json(policy, "the policy");
+            let counts = &object["status"]["verification"];
+            if done(counts) {
+                Ok(counts.clone())
+            } else {
+                Err(counts.to_string())
+            }
+        },
+    )
+}
+
+pub(super) fn scenario_verification_counts_by_namespace(ctx: &mut Ctx) -> String {
+    // A team's StepPolicy: its counts come from its own namespace's TaskRuns.
+    let policy = json!({
+        "apiVersion": "bookend.dev/v1alpha1",
+        "kind": "StepPolicy",
+        "metadata": {"name": "e2e-verify-lint", "namespace": TEAM_A},
+        "spec": {"priority": 60, "postSteps": [busybox_step("bookend-e2e-verify-lint")]},
+    });
+    ctx.cluster.apply(&policy).expect_ok("apply a StepPolicy");
+    ctx.poll_injected(
+        "the StepPolicy to take effect",
+        &taskrun(TEAM_A, "lint-", "work"),
+        "bookend-e2e-verify-lint",
+        "dry-run with the StepPolicy",
+    );
+    create(ctx, "verify-lint");
+    finish(ctx, "verify-lint", None);
+    const LINT: &str = "StepPolicy/team-a/e2e-verify-lint";
+    assert_eq!(poll_mark(ctx, "verify-lint")[LINT], json!("pass"));
+    let lint = ["steppolicy", "e2e-verify-lint", "-n", TEAM_A];
+    poll_counts(ctx, &lint, |v| v["passed"] == json!(1));
+    let sbom_passed = ctx
+        .cluster
+        .get_json(&["clustersteppolicy", "org-sbom"], "org-sbom")["status"]["verification"]["passed"]
+        .clone();
+
+    // Where the webhooks do not run (kube-system), a TaskRun can carry any mark: one naming
+    // team-a's StepPolicy and org-sbom (which selects team-* namespaces only) counts for
+    // neither.
+    let now = ctx.cluster.get_json(
+        &["steppolicy", "e2e-verify-lint", "-n", TEAM_A],
+        "the StepPolicy",
+    )["status"]["verification"]["observedAt"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let forged_mark = json!({"at": now, "verdicts": {LINT: "pass", SBOM: "pass"}});
+    let mut forged = taskrun("kube-system", "", "build");
+    forged["metadata"] = json!({"name": "verify-forged", "namespace": "kube-system",
+        "labels": {"bookend.dev/verify": "true"},
+        "annotations": {VERIFIED: forged_mark.to_string()}});
+    const COUNTED: &str = "bookend_verification_counted_taskruns";
+    let counted_before = metric(&ctx.bookend, COUNTED);
+    let created = ctx
+        .cluster
+        .create(&forged)
+        .expect_ok("create a TaskRun where the webhooks do not run")
+        .json();
+    assert_eq!(
+        created["metadata"]["annotations"][VERIFIED],
+        json!(forged_mark.to_string()),
+        "no webhook ran: the mark is stored as written"
+    );
+    // A count read it, and a later count wrote the status (the forged mark's time is inside
+    // every later window).
+    poll(
+        "a count to read the forged mark",
+        Duration::from_secs(30),
+        || match metric(&ctx.bookend, COUNTED) {
+            n if n == counted_before + 1.0 => Ok(()),
+            n => Err(format!("{n}")),
+        },
+    );
+    let after =
+        ctx.cluster.get_json(&lint, "the StepPolicy")["status"]["verification"]["observedAt"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+    let counts = poll_counts(ctx, &lint, |v| {
+        v["observedAt"].as_str().is_some_and(|t| t > after.as_str())
+    });
+    assert_eq!(
+        (&counts["passed"], &counts["failed"]),
+        (&json!(1), &json!(0)),
+        "{counts}"
+    );
+    assert_eq!(
+        ctx.cluster
+            .get_json(&["clustersteppolicy", "org-sbom"], "org-sbom")["status"]["verification"]["passed"],
+        sbom_passed
+    );
+    assert!(
+        std::fs::read_to_string(&ctx.bookend.log)
+            .unwrap_or_default()
+            .contains("marks naming policies that cannot apply"),
+        "the skipped entries are logged"
+    );
+    for args in [
+        &["delete", "taskrun", "verify-forged", "-n", "kube-system"][..],
+        &["delete", "taskrun", "verify-lint", "-n", TEAM_A],
+        &["delete", "steppolicy", "e2e-verify-lint", "-n", TEAM_A],
+    ] {
+        ctx.cluster.kubectl(args).expect_ok("clean up");
+    }
+    "a StepPolicy counts its namespace's verdicts; a forged mark where the webhooks do not run counts for no policy"
+        .to_owned()
 }
 
 const MARKS_WEBHOOK: &str = "taskrun-marks.validate.bookend.dev";
