@@ -129,6 +129,10 @@ impl RunVerdict {
 /// What kind of failure a verdict is, worst first (a closed set, for metrics and alerts).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Cause {
+    /// A user step of a `userSteps.network: None` policy could not start: Tekton's entrypoint
+    /// could not set up its jail (the node refuses user namespaces, or the step runs as a
+    /// non-root user). First, as the root of what else did not run.
+    HermeticJailFailed,
     /// A step that must run did not, or did not finish (skipped, never started, stopped by a
     /// timeout or a cancellation).
     DidNotRun,
@@ -139,10 +143,16 @@ pub enum Cause {
 }
 
 impl Cause {
-    pub const ALL: [Self; 3] = [Self::DidNotRun, Self::NotInjected, Self::Failed];
+    pub const ALL: [Self; 4] = [
+        Self::HermeticJailFailed,
+        Self::DidNotRun,
+        Self::NotInjected,
+        Self::Failed,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {
+            Self::HermeticJailFailed => "hermetic_jail_failed",
             Self::DidNotRun => "did_not_run",
             Self::NotInjected => "not_injected",
             Self::Failed => "failed",
@@ -501,6 +511,28 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                 .unwrap_or_else(|| format!("#{i}"))
         })
         .collect();
+    // A jailed user step that could not start: under `onError: continue` Tekton's entrypoint
+    // reports a command that ran and failed as `Continued`; `Failed` is left for a command it
+    // could not start, which for a jailed step is first the jail (user namespaces refused, or a
+    // non-root step), else a command missing from the image. Without `continue` such a step
+    // looks like one that exited 1, and is not told apart.
+    let jailed = covered
+        .iter()
+        .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
+    let not_started: Vec<bool> = owners
+        .iter()
+        .enumerate()
+        .map(|(i, owner)| {
+            jailed
+                && matches!(owner, Owner::User)
+                && outcomes[i] == StepOutcome::Failed
+                && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
+        })
+        .collect();
+    let pod = taskrun
+        .pointer("/status/podName")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let stop = Stop {
         reason: &reason,
         message,
@@ -508,6 +540,8 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         owners: &owners,
         outcomes: &outcomes,
         states: &states,
+        not_started: &not_started,
+        pod,
     };
 
     let mut policies: Vec<PolicyRun> = covered
@@ -519,6 +553,13 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                 .is_some_and(|p| p.spec.post_steps_run == PostStepsRun::Always);
             let mut runs = Vec::new();
             let mut problems = Vec::new();
+            // The jail this policy asks for could not be set up: no user step ran, with or
+            // without network. Said first, for the policy that asks for it.
+            if cover.policy.is_some_and(|p| p.spec.user_steps.hermetic()) {
+                for i in (0..names.len()).filter(|&i| not_started[i]) {
+                    problems.push((Cause::HermeticJailFailed, stop.jail_failure(i)));
+                }
+            }
             for (i, owner) in owners.iter().enumerate() {
                 let Owner::Org(o, place) = owner else {
                     continue;
@@ -692,6 +733,10 @@ struct Stop<'a> {
     owners: &'a [Owner],
     outcomes: &'a [StepOutcome],
     states: &'a [Option<StepState<'a>>],
+    /// Jailed user steps that could not start.
+    not_started: &'a [bool],
+    /// `status.podName`.
+    pod: &'a str,
 }
 
 impl Stop<'_> {
@@ -748,6 +793,19 @@ impl Stop<'_> {
         }
     }
 
+    /// Why jailed user step `i` did not run.
+    fn jail_failure(&self, i: usize) -> String {
+        let pod = if self.pod.is_empty() {
+            String::new()
+        } else {
+            format!(" in Pod {}", self.pod)
+        };
+        format!(
+            "user step {} could not start{pod}: the hermetic jail (userSteps.network: None) could not be set up — the node refuses user namespaces, or the step runs as a non-root user (or its command is not in the image); it did not run, with or without network",
+            self.names[i]
+        )
+    }
+
     /// The TaskRun's timeout or cancellation, and the step it stopped.
     fn taskrun_stop(&self) -> String {
         let what = if self.reason == "TaskRunTimeout" {
@@ -794,6 +852,9 @@ impl Stop<'_> {
         });
         if let Some(j) = culprit {
             let name = &self.names[j];
+            if self.not_started[j] {
+                return format!("step {name} could not start in its hermetic jail");
+            }
             return match self.outcomes[j] {
                 StepOutcome::TimedOut => format!("step {name} timed out"),
                 StepOutcome::Cancelled => format!("step {name} was cancelled"),

@@ -589,3 +589,88 @@ spec:
     // No record, an unreadable one: nothing to say.
     assert!(out(&object).is_empty());
 }
+
+/// A hermetic Always policy, and the TaskRun's one step `build` as admission gives it.
+const JAIL: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: jail, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  postStepsRun: Always
+  userSteps: {network: None}
+  preSteps: [{name: bookend-fetch, image: alpine}]
+  postSteps: [{name: bookend-publish, image: alpine}]
+"#;
+
+/// Every step completed up to `build`, which ends as `build_state`; the rest skipped, as
+/// Tekton's entrypoint skips them after a step that wrote its `.err` post file.
+fn jailed_run(set: &PolicySet, build_state: Value, reason: &str) -> Verification {
+    let object = admitted(set);
+    let names = names(&object);
+    let build = names.iter().position(|n| n == "build").unwrap();
+    let steps = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| match i.cmp(&build) {
+            std::cmp::Ordering::Less => completed(n),
+            std::cmp::Ordering::Equal => build_state.clone(),
+            std::cmp::Ordering::Greater => skipped(n),
+        })
+        .collect();
+    let mut object = finish(object, false, reason, steps);
+    object["status"]["podName"] = json!("run-1-pod");
+    verified(set, &object)
+}
+
+#[test]
+fn a_jailed_step_that_could_not_start_fails_with_its_own_cause() {
+    let set = policies(JAIL);
+    // What Tekton v1.15 reports when its entrypoint cannot start the command in the jail
+    // (runtime scenario 20: exit code 1, no `Continued` although the step has `continue`).
+    let v = jailed_run(&set, state("build", 1, "Error", "Error", 0), "Failed");
+    let jail = policy(&v, "ClusterStepPolicy/jail");
+    assert_eq!(jail.cause, Some(Cause::HermeticJailFailed));
+    assert_eq!(Cause::HermeticJailFailed.as_str(), "hermetic_jail_failed");
+    let reason = fail_reason(jail);
+    assert!(
+        reason.contains("org post-step bookend-publish did not run: step build could not start in its hermetic jail"),
+        "{reason}"
+    );
+    assert!(
+        reason.contains("user step build could not start in Pod run-1-pod: the hermetic jail (userSteps.network: None) could not be set up"),
+        "{reason}"
+    );
+}
+
+#[test]
+fn a_jailed_step_that_ran_and_failed_is_no_jail_failure() {
+    let set = policies(JAIL);
+    // It ran: under `continue` the entrypoint says `Continued`, the post-step ran.
+    let mut object = admitted(&set);
+    let steps = names(&object)
+        .iter()
+        .map(|n| {
+            if n == "build" {
+                state("build", 1, "Completed", "Continued", 1)
+            } else {
+                completed(n)
+            }
+        })
+        .collect();
+    object = finish(object, false, "Failed", steps);
+    let v = verified(&set, &object);
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/jail").verdict,
+        RunVerdict::Pass
+    );
+}
+
+#[test]
+fn without_continue_a_jail_failure_looks_like_exit_1_and_is_not_claimed() {
+    // OnSuccess: the step keeps `stopAndFail`, and Tekton's status is the same as for a
+    // command that exited 1: bookend does not guess.
+    let set = policies(&JAIL.replace("postStepsRun: Always", "postStepsRun: OnSuccess"));
+    let v = jailed_run(&set, state("build", 1, "Error", "Error", 0), "Failed");
+    let jail = policy(&v, "ClusterStepPolicy/jail");
+    assert_eq!(jail.verdict, RunVerdict::Pass, "{jail:#?}");
+}

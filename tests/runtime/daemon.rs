@@ -15,8 +15,22 @@ pub struct Daemon {
 }
 
 impl Daemon {
-    pub fn start(name: &'static str, mut cmd: Command, log: PathBuf) -> Self {
+    pub fn start(name: &'static str, cmd: Command, log: PathBuf) -> Self {
         let file = std::fs::File::create(&log).expect("create log file");
+        Self::spawn(name, cmd, log, file)
+    }
+
+    /// The same, its output appended to `log` (a process started again after a stop).
+    pub fn start_appending(name: &'static str, cmd: Command, log: PathBuf) -> Self {
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log)
+            .expect("open log file");
+        Self::spawn(name, cmd, log, file)
+    }
+
+    fn spawn(name: &'static str, mut cmd: Command, log: PathBuf, file: std::fs::File) -> Self {
         let child = cmd
             .stdin(Stdio::null())
             .stdout(file.try_clone().expect("dup log"))
@@ -32,6 +46,16 @@ impl Daemon {
         if let Ok(Some(status)) = self.child.try_wait() {
             panic!("{} exited ({status}):\n{}", self.name, tail(&self.log, 30));
         }
+    }
+
+    /// Sends `signal` (`KILL`, `TERM`) and waits until the process has exited.
+    pub fn stop_with(&mut self, signal: &str) -> std::process::ExitStatus {
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{signal} {}", self.name);
+        self.child.wait().expect("wait for the process")
     }
 
     /// Waits until the log contains `line` (the process says it is ready).

@@ -13,12 +13,15 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{Value, json};
 
 use crate::kube::cluster_policy;
-use crate::runs::{Finished, TRACE, script_step, step, taskrun};
+use crate::runs::{Checks, Finished, TRACE, script_step, step, taskrun};
 use crate::scenarios::Ctx;
 
 pub const HERMETIC: &str = "rt-hermetic";
 pub const NETWORKED: &str = "rt-networked";
 pub const NAMESPACES: [&str; 2] = [HERMETIC, NETWORKED];
+const ALWAYS_LABEL: &str = "bookend.test/hermetic-always";
+/// The kubelet stand-in's annotation for a node that refuses user namespaces.
+const NO_USER_NAMESPACES: &str = "kubelet-standin.bookend.test/no-user-namespaces";
 
 /// What the server was asked: `METHOD path body`, in order.
 static SEEN: Mutex<Vec<String>> = Mutex::new(Vec::new());
@@ -104,6 +107,16 @@ pub fn policies() -> Vec<Value> {
             "rt-hermetic",
             json!({"match": {"namespaces": [HERMETIC]}, "userSteps": {"network": "None"},
                    "preSteps": [hermetic_pre], "postSteps": [hermetic_post]}),
+        ),
+        // With an Always policy beside it the TaskRun's steps get `onError: continue`, which
+        // tells a step that could not start from one that failed (scenario 20's node without
+        // user namespaces).
+        cluster_policy(
+            "rt-hermetic-always",
+            json!({"priority": 20, "postStepsRun": "Always",
+                   "match": {"namespaces": [HERMETIC],
+                             "selector": {"matchLabels": {ALWAYS_LABEL: "true"}}},
+                   "postSteps": [step("bookend-ha-report", "")]}),
         ),
         cluster_policy(
             "rt-networked",
@@ -226,12 +239,164 @@ pub fn scenario_hermetic(ctx: &mut Ctx) -> String {
     assert!(lines_with(&run.trace(env), "user reached").is_empty());
     let non_root_outcome = format!("{:?} {:?}", run.condition(), run.steps());
 
+    let no_userns = no_user_namespaces(ctx);
+
     format!(
-        "jailed {}: {:?}; networked {}; the same TaskRun took {:.1} s hermetic, {:.1} s networked; non-root step under the policy: {non_root_outcome}",
+        "jailed {}: {:?}; networked {}; the same TaskRun took {:.1} s hermetic, {:.1} s networked; non-root step under the policy: {non_root_outcome}; {no_userns}",
         jailed.name(),
         unreachable,
         networked.name(),
         jailed.took.as_secs_f64(),
         networked.took.as_secs_f64(),
+    )
+}
+
+/// A node that refuses user namespaces (the stand-in's seccomp filter refusing
+/// `CLONE_NEWUSER`, as a runtime's default profile does without `CAP_SYS_ADMIN`): Tekton's
+/// entrypoint cannot build the jail, the step does not run (fail closed), and under an Always
+/// policy bookend's verdict says why.
+fn no_user_namespaces(ctx: &Ctx) -> String {
+    let env = &ctx.env;
+    let on_such_a_node = |name: &str, labels: Value, build: Value| {
+        let mut run = networked_taskrun(HERMETIC, name, json!([build]));
+        run["metadata"]["annotations"][NO_USER_NAMESPACES] = json!("true");
+        run["metadata"]["labels"] = labels;
+        run
+    };
+    // OnSuccess only, and the same TaskRun whose step exits 1 on a node that allows them.
+    let runs = env.run_all(&[
+        on_such_a_node("no-userns", json!({}), build_step()),
+        networked_taskrun(HERMETIC, "exits-1", json!([step("build", "exit 1")])),
+    ]);
+    let (refused, exits_1) = (&runs[0], &runs[1]);
+    // v1.15: StepFailed, `"step-build" exited with code 1: Error`; v0.62: Failed, without
+    // the container's reason.
+    let failed = |run: &Finished| {
+        let (status, _, message) = run.condition();
+        assert_eq!(status, "False", "{}", run.describe(env));
+        assert!(
+            message.starts_with("\"step-build\" exited with code 1"),
+            "{message}"
+        );
+    };
+    let mut checks = Checks::default();
+    checks.check(
+        "no user namespaces: the step does not start, fail closed",
+        || {
+            failed(refused);
+            assert_eq!(
+                refused.steps(),
+                [
+                    ("bookend-h-fetch".to_owned(), "Completed".to_owned(), 0),
+                    ("build".to_owned(), "Error".to_owned(), 1),
+                    ("bookend-h-publish".to_owned(), "Skipped".to_owned(), 1),
+                ]
+            );
+            let log = refused.log(env, "build");
+            assert!(
+                log.contains("Error executing command: fork/exec /tekton/scripts/script-")
+                    && log.contains("operation not permitted"),
+                "{log}"
+            );
+            let trace = refused.trace(env);
+            assert!(lines_with(&trace, "user").is_empty(), "{trace:?}");
+            assert!(!asked_for(refused, "GET /user"), "{:?}", seen());
+            assert!(!asked_for(refused, "POST /publish"), "{:?}", seen());
+        },
+    );
+    checks.check(
+        "no user namespaces, OnSuccess: Tekton's status is that of a step exiting 1",
+        || {
+            assert_eq!(exits_1.condition(), refused.condition());
+            assert_eq!(exits_1.steps(), refused.steps());
+            // Not told apart: the OnSuccess post-step rightly skipped after a failure.
+            assert_eq!(
+                crate::verification::mark(env, refused),
+                json!({"ClusterStepPolicy/rt-hermetic": "pass"})
+            );
+        },
+    );
+    let mut always_outcome = String::from("Always: not run on this Tekton");
+    if !ctx.always_degraded {
+        let before = jail_failures(ctx);
+        let run = env.run_one(&on_such_a_node(
+            "no-userns-always",
+            json!({ALWAYS_LABEL: "true"}),
+            build_step(),
+        ));
+        checks.check("no user namespaces, Always: its own verdict reason", || {
+            failed(&run);
+            // `build` has `onError: continue` (bookend's, for the Always post-step), yet it
+            // failed rather than `Continued`: it never started.
+            let build = run.object["spec"]["taskSpec"]["steps"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|s| s["name"] == "build")
+                .cloned()
+                .unwrap_or_default();
+            assert_eq!(build["onError"], "continue", "{build}");
+            assert_eq!(
+                run.steps()
+                    .into_iter()
+                    .filter(|(_, reason, _)| reason == "Skipped")
+                    .map(|(name, _, _)| name)
+                    .collect::<Vec<_>>(),
+                [
+                    "bookend-gate-2",
+                    "bookend-h-publish",
+                    "bookend-ha-report",
+                    "bookend-verdict"
+                ]
+            );
+            assert_eq!(
+                crate::verification::mark(env, &run),
+                json!({"ClusterStepPolicy/rt-hermetic": "fail",
+                       "ClusterStepPolicy/rt-hermetic-always": "fail"})
+            );
+            let pod = run.object["status"]["podName"].as_str().unwrap_or_default();
+            let why = crate::verification::event(env, &run, "OrgStepsDidNotRun");
+            assert!(
+                why.contains(&format!(
+                    "ClusterStepPolicy/rt-hermetic: user step build could not start in Pod {pod}: the hermetic jail (userSteps.network: None) could not be set up"
+                )),
+                "{why}"
+            );
+            assert!(
+                why.contains(
+                    "ClusterStepPolicy/rt-hermetic-always: org post-step bookend-ha-report did not run: step build could not start in its hermetic jail"
+                ),
+                "{why}"
+            );
+            let after = crate::kube::poll(
+                "the jail failure counted",
+                std::time::Duration::from_secs(30),
+                || {
+                    let after = jail_failures(ctx);
+                    (after > before)
+                        .then_some(after)
+                        .ok_or_else(|| "not yet".to_owned())
+                },
+            );
+            assert_eq!(after, before + 1.0);
+        });
+        always_outcome = format!("Always: {:?}", run.condition());
+    }
+    checks.finish();
+    format!(
+        "no user namespaces: {:?}, not started; {always_outcome}",
+        refused.condition()
+    )
+}
+
+/// bookend's count of `hermetic_jail_failed` verdicts for the hermetic policy.
+fn jail_failures(ctx: &Ctx) -> f64 {
+    crate::verification::counter(
+        &ctx.bookend.metrics().expect("bookend's metrics"),
+        "bookend_run_verdicts_total",
+        &[
+            "policy=\"ClusterStepPolicy/rt-hermetic\"",
+            "cause=\"hermetic_jail_failed\"",
+        ],
     )
 }

@@ -41,6 +41,7 @@ mod prereqs;
 mod preview;
 mod provenance;
 mod remote;
+mod restart;
 mod runs;
 mod scenarios;
 mod sealed;
@@ -202,6 +203,7 @@ fn all_policies() -> Vec<Value> {
         provenance::policies(),
         hermetic::policies(),
         fallback::policies(),
+        restart::policies(),
     ]
     .concat()
 }
@@ -212,7 +214,7 @@ fn start_bookend(
     work: &std::path::Path,
     kubectl: &Kubectl,
     certs: &std::path::Path,
-) -> (Daemon, Vec<Value>, Vec<NotReady>) {
+) -> (BookendServer, Vec<Value>, Vec<NotReady>) {
     let mut crds = Command::new(bookend_bin());
     crds.arg("crds");
     let crds = run(crds, None).expect_ok("bookend crds");
@@ -227,20 +229,26 @@ fn start_bookend(
     for policy in all_policies() {
         kubectl.apply(&policy);
     }
+    // The chart's PolicyReport CRD, so bookend writes its verdicts' results (scenario 18).
+    kubectl
+        .run(
+            &["apply", "-f", "-"],
+            Some(
+                &std::fs::read(root().join("charts/bookend/files/policyreport-crd.yaml"))
+                    .expect("the chart's PolicyReport CRD"),
+            ),
+        )
+        .expect_ok("apply the PolicyReport CRD");
     let port = free_port();
-    let mut cmd = Command::new(bookend_bin());
-    cmd.args(["serve", "--source", "kubernetes", "--tls-cert"])
-        .arg(certs.join("tls.crt"))
-        .arg("--tls-key")
-        .arg(certs.join("tls.key"))
-        .arg("--listen")
-        .arg(format!("127.0.0.1:{port}"))
-        .arg("--admin-listen")
-        .arg(format!("127.0.0.1:{}", free_port()))
-        .env("KUBECONFIG", &kubectl.kubeconfig)
-        .current_dir(work);
-    let mut bookend = Daemon::start("bookend serve", cmd, work.join("bookend.log"));
-    bookend.check_alive();
+    let mut bookend = BookendServer {
+        daemon: None,
+        port,
+        admin_port: free_port(),
+        certs: certs.to_owned(),
+        kubeconfig: kubectl.kubeconfig.clone(),
+        work: work.to_owned(),
+    };
+    bookend.start();
 
     let ca = std::fs::read_to_string(certs.join("ca.crt.b64")).expect("ca.crt.b64");
     let configurations = webhook_configurations(port, ca.trim());
@@ -255,7 +263,7 @@ fn start_bookend(
         json!({"steps": [runs::step("work", "")]}),
     );
     poll("bookend to inject", Duration::from_secs(60), || {
-        bookend.check_alive();
+        bookend.daemon().check_alive();
         let out = kubectl.with_object(&["create", "--dry-run=server"], &probe);
         let object = out.try_json()?;
         let first = &object["spec"]["taskSpec"]["steps"][0]["name"];
@@ -301,6 +309,73 @@ fn start_bookend(
         Ok(not_ready)
     });
     (bookend, configurations, not_ready)
+}
+
+/// `bookend serve` as the suite runs it, startable again with the same flags and ports (the
+/// webhook configurations point at its port).
+pub struct BookendServer {
+    daemon: Option<Daemon>,
+    port: u16,
+    pub admin_port: u16,
+    certs: PathBuf,
+    kubeconfig: PathBuf,
+    work: PathBuf,
+}
+
+impl BookendServer {
+    /// Starts it; a second start appends to the same log.
+    pub fn start(&mut self) {
+        assert!(self.daemon.is_none(), "bookend serve is running");
+        let mut cmd = Command::new(bookend_bin());
+        cmd.args(["serve", "--source", "kubernetes", "--tls-cert"])
+            .arg(self.certs.join("tls.crt"))
+            .arg("--tls-key")
+            .arg(self.certs.join("tls.key"))
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{}", self.port))
+            .arg("--admin-listen")
+            .arg(format!("127.0.0.1:{}", self.admin_port))
+            .env("KUBECONFIG", &self.kubeconfig)
+            .current_dir(&self.work);
+        let log = self.log();
+        let mut daemon = if log.exists() {
+            Daemon::start_appending("bookend serve", cmd, log)
+        } else {
+            Daemon::start("bookend serve", cmd, log)
+        };
+        daemon.check_alive();
+        self.daemon = Some(daemon);
+    }
+
+    /// Stops it with `signal` (`KILL`, `TERM`) and waits for it to exit.
+    pub fn stop_with(&mut self, signal: &str) -> std::process::ExitStatus {
+        self.daemon
+            .take()
+            .expect("bookend serve is running")
+            .stop_with(signal)
+    }
+
+    pub fn daemon(&mut self) -> &mut Daemon {
+        self.daemon.as_mut().expect("bookend serve is running")
+    }
+
+    pub fn log(&self) -> PathBuf {
+        self.work.join("bookend.log")
+    }
+
+    /// The running process's Prometheus metrics.
+    pub fn metrics(&self) -> Result<String, String> {
+        match common::http_get(
+            "127.0.0.1",
+            self.admin_port,
+            "/metrics",
+            &[],
+            Duration::from_secs(10),
+        )? {
+            (200, body) => Ok(body),
+            (status, body) => Err(format!("/metrics: {status} {body}")),
+        }
+    }
 }
 
 type Scenario = fn(&mut Ctx) -> String;
@@ -393,7 +468,7 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
             preview::scenario_preview,
         ),
         (
-            "18 post-run verification: pass, failing user step, step and TaskRun timeouts",
+            "18 post-run verification: pass, failing user step, step and TaskRun timeouts, OOM kill",
             ALWAYS,
             verification::scenario_verification,
         ),
@@ -411,6 +486,11 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
             "21 Always with postStepsRunFallback: OnSuccess (Always, or OnSuccess with a warning)",
             &[],
             fallback::scenario_fallback,
+        ),
+        (
+            "22 bookend restarts (SIGKILL, SIGTERM) while TaskRuns run: each verified once",
+            &[],
+            restart::scenario_restart,
         ),
     ]
 }
@@ -497,7 +577,7 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
         .chain(pods::NAMESPACES)
         .chain(provenance::NAMESPACES)
         .chain(hermetic::NAMESPACES)
-        .chain([fallback::FALLBACK])
+        .chain([fallback::FALLBACK, restart::RESTART])
     {
         kubectl.ok(&["create", "namespace", ns], "create namespace");
         // No kube-controller-manager makes it: Tekton needs the TaskRun's service account.
@@ -522,7 +602,7 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
         ca_b64.trim(),
         tools,
     );
-    let (mut bookend, webhooks, not_ready) = start_bookend(&work, &kubectl, &certs);
+    let (bookend, webhooks, not_ready) = start_bookend(&work, &kubectl, &certs);
     clock.done("conversion webhook, bookend serve and its webhooks");
 
     let images = node::build_images(&work.join("images"), host, tools);
@@ -568,7 +648,8 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
     let mut ctx = Ctx {
         env,
         webhooks,
-        bookend_log: bookend.log.clone(),
+        bookend_log: bookend.log(),
+        bookend,
         helper_notes: Default::default(),
         always_degraded: !line
             .lacking(&[Feature::StepWhen, Feature::StepResults])
@@ -644,7 +725,7 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
             &mut controller,
             &mut resolvers,
             &mut kubelet,
-            &mut bookend,
+            ctx.bookend.daemon(),
             &mut conversion,
         ] {
             daemon.check_alive();
@@ -690,14 +771,20 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
     clock.print_phases();
     let failed = summary.iter().filter(|(ok, _)| !ok).count() + usize::from(measured.is_err());
     if failed > 0 {
-        for daemon in [&bookend, &controller, &resolvers, &kubelet, &conversion] {
+        for daemon in [
+            ctx.bookend.daemon(),
+            &mut controller,
+            &mut resolvers,
+            &mut kubelet,
+            &mut conversion,
+        ] {
             println!("--- {} log (tail)", daemon.name);
             for line in tail(&daemon.log, 12).lines() {
                 println!("{}", line.chars().take(400).collect::<String>());
             }
         }
     }
-    drop((controller, resolvers, kubelet, bookend, conversion, cluster));
+    drop((controller, resolvers, kubelet, ctx, conversion, cluster));
     if std::env::var_os("BOOKEND_RUNTIME_KEEP").is_some() {
         println!("kept {}", tmp.keep().display());
     }

@@ -130,6 +130,8 @@ pub struct Ctx {
     pub webhooks: Vec<Value>,
     /// bookend's log: one line per admission review.
     pub bookend_log: std::path::PathBuf,
+    /// `bookend serve`: its metrics, and stopped and started again by scenario 22.
+    pub bookend: crate::BookendServer,
     /// (TaskRun, steps, helper steps) of every injected run, for docs/testing.md.
     pub helper_notes: RefCell<Vec<(String, usize, usize)>>,
     /// The cluster's Tekton refuses step `when`/`results`: `Always` falls back where allowed.

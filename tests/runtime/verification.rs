@@ -17,7 +17,7 @@ const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
 const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
 
 /// The verdicts of the mark bookend writes on a finished TaskRun: policy -> verdict.
-fn mark(env: &Env, run: &Finished) -> Value {
+pub fn mark(env: &Env, run: &Finished) -> Value {
     poll(
         &format!("{} marked bookend.dev/verified", run.name()),
         Duration::from_secs(60),
@@ -36,7 +36,7 @@ fn mark(env: &Env, run: &Finished) -> Value {
 }
 
 /// The message of bookend's `reason` Event on the run.
-fn event(env: &Env, run: &Finished, reason: &str) -> String {
+pub fn event(env: &Env, run: &Finished, reason: &str) -> String {
     let uid = run.object["metadata"]["uid"].as_str().unwrap_or_default();
     poll(
         &format!("a {reason} Event on {}", run.name()),
@@ -52,6 +52,45 @@ fn event(env: &Env, run: &Finished, reason: &str) -> String {
             list["items"][0]["message"]
                 .as_str()
                 .map(str::to_owned)
+                .ok_or_else(|| "none yet".to_owned())
+        },
+    )
+}
+
+/// The sum of a Prometheus counter's samples whose labels include every one of `labels`
+/// (each `name="value"`).
+pub fn counter(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (series, value) = l.rsplit_once(' ')?;
+            let rest = series.strip_prefix(name)?;
+            (rest.is_empty() || rest.starts_with('{')).then_some(())?;
+            labels
+                .iter()
+                .all(|label| rest.contains(label))
+                .then(|| value.parse::<f64>().ok())?
+        })
+        .sum()
+}
+
+/// bookend's PolicyReport result for `policy` on the run (bookend writes them in batches).
+fn report_result(env: &Env, run: &Finished, policy: &str) -> Value {
+    let uid = run.object["metadata"]["uid"].as_str().unwrap_or_default();
+    poll(
+        &format!("a PolicyReport result for {} and {policy}", run.name()),
+        Duration::from_secs(60),
+        || {
+            let report =
+                env.kubectl
+                    .get(&["policyreport", "-n", run.namespace(), "bookend-audit"])?;
+            report["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|r| r["resources"][0]["uid"] == uid && r["policy"] == policy)
+                .cloned()
                 .ok_or_else(|| "none yet".to_owned())
         },
     )
@@ -209,9 +248,112 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
         },
     );
     checks.finish();
+    let oom = oom_killed(ctx);
     format!(
-        "pass; failing user step: pass; step timeout, TaskRun timeout and cancellation: fail ({:?}, {:?}); marks webhook refused nothing",
+        "pass; failing user step: pass; step timeout, TaskRun timeout and cancellation: fail ({:?}, {:?}); marks webhook refused nothing; {oom}",
         run_timeout.condition().1,
         cancelled.condition().1
+    )
+}
+
+/// A user step over its memory limit under the Always policy: the kubelet stand-in applies the
+/// limit (runc, the container's cgroup) and reports the kill as a kubelet on cgroup v2 does
+/// (the whole container killed, `OOMKilled`, 137). Alone, so the metrics before and after are
+/// this TaskRun's.
+fn oom_killed(ctx: &mut Ctx) -> String {
+    let env = &ctx.env;
+    // A shell string doubling until the limit: page faults only. (`head -c 400m /dev/zero |
+    // tail` once exited 1 instead: the pipe's kernel buffers are charged to the cgroup too,
+    // and a write can fail with ENOMEM rather than wait at the limit.)
+    let mut greedy = step("build", "x=0123456789abcdef; while :; do x=\"$x$x\"; done");
+    greedy["computeResources"] = json!({"limits": {"memory": "64Mi"}});
+    let series = |metrics: &str| {
+        (
+            counter(
+                metrics,
+                "bookend_step_runs_total",
+                &[
+                    "policy=\"ClusterStepPolicy/rt-always\"",
+                    "step=\"bookend-report\"",
+                    "outcome=\"never_started\"",
+                ],
+            ),
+            counter(
+                metrics,
+                "bookend_run_verdicts_total",
+                &[
+                    "policy=\"ClusterStepPolicy/rt-always\"",
+                    "verdict=\"fail\"",
+                    "cause=\"did_not_run\"",
+                ],
+            ),
+        )
+    };
+    let before = series(&ctx.bookend.metrics().expect("bookend's metrics"));
+    let run = env.run_one(&taskrun(
+        ALWAYS,
+        "verify-oom",
+        json!({"steps": [greedy, step("test", "")]}),
+    ));
+    let status = serde_json::to_string_pretty(&run.object["status"]).unwrap_or_default();
+    let mut checks = Checks::default();
+    checks.check("OOM kill: what Tekton's controller writes", || {
+        assert_eq!(
+            run.condition(),
+            (
+                "False".to_owned(),
+                "StepOOM".to_owned(),
+                "\"step-build\" exited with code 137: OOMKilled".to_owned()
+            ),
+            "{status}"
+        );
+        let build = &run.object["status"]["steps"][2];
+        assert_eq!(build["name"], "build");
+        assert_eq!(build["terminated"]["reason"], "OOMKilled", "{build}");
+        assert_eq!(build["terminated"]["exitCode"], 137, "{build}");
+    });
+    checks.check("OOM kill: the Always post-step did not run", || {
+        // The killed step's entrypoint wrote no post file: every later step was still
+        // waiting for it when the controller failed the TaskRun and stopped the Pod.
+        let report = run.object["status"]["steps"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["name"] == "bookend-report")
+            .cloned()
+            .unwrap_or_default();
+        assert!(report.get("terminated").is_none(), "{report}");
+        assert!(!run.trace(env).contains(&"bookend-report".to_owned()));
+    });
+    checks.check("OOM kill: verdict, Event, report, metrics", || {
+        assert_eq!(
+            mark(env, &run),
+            json!({ALWAYS_POLICY: "fail", NOTIFY_POLICY: "pass"})
+        );
+        let reason = "org post-step bookend-report did not run: step build failed (it was OOMKilled (exit code 137))";
+        let why = event(env, &run, "OrgStepsDidNotRun");
+        assert_eq!(why, format!("{ALWAYS_POLICY}: {reason}"), "{status}");
+        let result = report_result(env, &run, ALWAYS_POLICY);
+        assert_eq!(result["result"], "fail", "{result}");
+        assert_eq!(result["message"], reason, "{result}");
+        assert_eq!(result["properties"]["cause"], "did_not_run", "{result}");
+        assert_eq!(
+            result["properties"]["step.bookend-report"],
+            "never_started",
+            "{result}"
+        );
+        // Counted after the mark and the Event.
+        let after = poll("the OOM verdict counted", Duration::from_secs(30), || {
+            let after = series(&ctx.bookend.metrics()?);
+            (after != before)
+                .then_some(after)
+                .ok_or_else(|| "not yet".to_owned())
+        });
+        assert_eq!(after, (before.0 + 1.0, before.1 + 1.0));
+    });
+    checks.finish();
+    format!(
+        "OOM kill: {:?}, bookend-report never started, fail",
+        run.condition().1
     )
 }

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -79,18 +80,28 @@ func (r *podRunner) runContainer(c corev1.Container, image imageEntry) container
 	defer logFile.Close()
 	runcLog := filepath.Join(dir, "runc.log")
 	root := filepath.Join(r.k.workDir, "runc")
+	// --keep: runc would remove the container's cgroup as it exits, and with it the OOM-kill
+	// count killOnOOM reads; the stand-in deletes the container itself after.
 	cmd := exec.Command(r.k.runc, "--root", root, "--log", runcLog, "--log-format", "json",
-		"run", "--bundle", bundle, result.id)
+		"run", "--keep", "--bundle", bundle, result.id)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	result.started = time.Now()
 	if err := cmd.Start(); err != nil {
 		return startError(err)
 	}
+	defer r.deleteContainer(root, result.id)
 	exited := make(chan struct{})
 	go r.killOnCancel(cmd, root, result.id, exited)
+	oom := make(chan bool, 1)
+	if memoryLimited(spec) {
+		go func() { oom <- r.killOnOOM(root, result.id, containerCgroup(spec), exited) }()
+	} else {
+		oom <- false
+	}
 	err = cmd.Wait()
 	close(exited)
 	result.finished = time.Now()
+	oomKilled := <-oom
 	var exit *exec.ExitError
 	switch {
 	case err == nil:
@@ -108,7 +119,11 @@ func (r *podRunner) runContainer(c corev1.Container, image imageEntry) container
 		return startError(errors.New(message))
 	}
 	result.reason = "Completed"
-	if result.exitCode != 0 {
+	switch {
+	case oomKilled:
+		// As a kubelet reports it: from the cgroup, whatever the exit code.
+		result.reason = "OOMKilled"
+	case result.exitCode != 0:
 		result.reason = "Error"
 	}
 	result.message = readLimited(terminationLog, maxTerminationMessage)
@@ -131,6 +146,95 @@ func (r *podRunner) killOnCancel(cmd *exec.Cmd, root, id string, exited <-chan s
 		// Not created yet, or runc is stuck: end runc itself.
 		_ = cmd.Process.Kill()
 	}
+}
+
+// deleteContainer removes what runc --keep left: the container's state and its cgroup.
+func (r *podRunner) deleteContainer(root, id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, r.k.runc, "--root", root, "delete", "--force", id).CombinedOutput(); err != nil {
+		r.logf("%s: runc delete: %v: %s", id, err, out)
+	}
+}
+
+// killOnOOM kills the whole container when its memory runs out, as the kernel does on cgroup v2
+// with memory.oom.group (set by kubelets since Kubernetes 1.28), and says whether it did. The
+// OOM killer alone would take the largest process, the step's command, and Tekton's entrypoint
+// (the container's first process) would survive to report it. On cgroup v2 the spec's
+// memory.oom.group does it; the cgroup's memory.events oom_kill count tells. On cgroup v1
+// there is no oom.group: the spec disables the OOM killer, so the container waits at its limit
+// (memory.oom_control under_oom 1), and the stand-in kills all of it then. Either way read
+// from the cgroup, never guessed from an exit code.
+func (r *podRunner) killOnOOM(root, id, cgroup string, exited <-chan struct{}) bool {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		if cgroupV2() {
+			if oomKills(cgroup) > 0 {
+				return true
+			}
+		} else if underOOM(cgroup) {
+			r.logf("%s: out of memory in cgroup %s: killing the container", id, cgroup)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			_ = exec.CommandContext(ctx, r.k.runc, "--root", root, "kill", "--all", id, "KILL").Run()
+			cancel()
+			return true
+		}
+		select {
+		case <-exited:
+			return cgroupV2() && oomKills(cgroup) > 0
+		case <-tick.C:
+		}
+	}
+}
+
+const cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupV2 is true on a unified hierarchy (cgroup2 mounted at /sys/fs/cgroup).
+func cgroupV2() bool {
+	var fs syscall.Statfs_t
+	return syscall.Statfs(cgroupRoot, &fs) == nil && fs.Type == 0x63677270 // CGROUP2_SUPER_MAGIC
+}
+
+// containerCgroup is the container's memory cgroup directory (runc's cgroupfs driver puts a
+// cgroupsPath under each hierarchy's root).
+func containerCgroup(spec map[string]any) string {
+	path, _ := spec["linux"].(map[string]any)["cgroupsPath"].(string)
+	if cgroupV2() {
+		return filepath.Join(cgroupRoot, path)
+	}
+	return filepath.Join(cgroupRoot, "memory", path)
+}
+
+func memoryLimited(spec map[string]any) bool {
+	resources, _ := spec["linux"].(map[string]any)["resources"].(map[string]any)
+	_, limited := resources["memory"]
+	return limited
+}
+
+// oomKills is the cgroup v2 count of processes the OOM killer killed (memory.events).
+func oomKills(cgroup string) int {
+	return cgroupValue(filepath.Join(cgroup, "memory.events"), "oom_kill")
+}
+
+// underOOM is true while a cgroup v1 with its OOM killer disabled is at its limit.
+func underOOM(cgroup string) bool {
+	return cgroupValue(filepath.Join(cgroup, "memory.oom_control"), "under_oom") > 0
+}
+
+// cgroupValue reads `key N` from a cgroup file of such lines (0 when absent).
+func cgroupValue(path, key string) int {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if value, found := strings.CutPrefix(line, key+" "); found {
+			n, _ := strconv.Atoi(strings.TrimSpace(value))
+			return n
+		}
+	}
+	return 0
 }
 
 func runcError(path string) string {
@@ -256,6 +360,20 @@ func (r *podRunner) ociSpec(c corev1.Container, image imageEntry, dir string) (m
 		"CAP_SETGID", "CAP_SETUID", "CAP_SETFCAP", "CAP_SETPCAP", "CAP_NET_BIND_SERVICE",
 		"CAP_SYS_CHROOT", "CAP_KILL", "CAP_AUDIT_WRITE",
 	}
+	resources := map[string]any{
+		"devices": []map[string]any{{"allow": false, "access": "rwm"}},
+	}
+	// The memory limit as the kubelet sets it: swap included (memory+swap = the limit, no
+	// swap), and on cgroup v2 the whole container killed at an OOM kill.
+	if limit := c.Resources.Limits.Memory(); limit != nil && !limit.IsZero() {
+		memory := map[string]any{"limit": limit.Value(), "swap": limit.Value()}
+		if cgroupV2() {
+			resources["unified"] = map[string]string{"memory.oom.group": "1"}
+		} else {
+			memory["disableOOMKiller"] = true // the stand-in kills the container (killOnOOM)
+		}
+		resources["memory"] = memory
+	}
 	hostname := r.pod.Name
 	if len(hostname) > 63 {
 		hostname = hostname[:63]
@@ -277,12 +395,11 @@ func (r *podRunner) ociSpec(c corev1.Container, image imageEntry, dir string) (m
 		"hostname": hostname,
 		"mounts":   mounts,
 		"linux": map[string]any{
+			"seccomp":    r.seccomp(),
 			"namespaces": r.namespaces(),
-			// Top level, so runc removes all of it when the container ends.
+			// Top level, so runc delete removes all of it.
 			"cgroupsPath": "/kubelet-standin-" + filepath.Base(r.dir) + "-" + c.Name,
-			"resources": map[string]any{
-				"devices": []map[string]any{{"allow": false, "access": "rwm"}},
-			},
+			"resources":   resources,
 			"maskedPaths": []string{
 				"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
 				"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/sys/firmware", "/proc/scsi",
@@ -375,4 +492,30 @@ func (r *podRunner) namespaces() []map[string]any {
 		namespaces = append(namespaces, map[string]any{"type": "network"})
 	}
 	return namespaces
+}
+
+// NoUserNamespacesAnnotation on a Pod stands for a node where containers cannot create user
+// namespaces (user.max_user_namespaces=0, or a runtime's default seccomp profile, which refuses
+// them without CAP_SYS_ADMIN): its containers get a seccomp filter refusing unshare and clone
+// with CLONE_NEWUSER (EPERM), and clone3 (ENOSYS, so callers fall back to clone, as under the
+// runtimes' default profile). Per container, not a machine-wide sysctl: other test runs share
+// the machine. The runtime suite's hermetic scenario runs Tekton's jail there.
+const NoUserNamespacesAnnotation = "kubelet-standin.bookend.test/no-user-namespaces"
+
+const cloneNewUser = 0x10000000 // CLONE_NEWUSER
+
+func (r *podRunner) seccomp() any {
+	if r.pod.Annotations[NoUserNamespacesAnnotation] != "true" {
+		return nil
+	}
+	newUser := []map[string]any{{"index": 0, "value": cloneNewUser, "valueTwo": cloneNewUser, "op": "SCMP_CMP_MASKED_EQ"}}
+	eperm, enosys := 1, 38
+	return map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"architectures": []string{"SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_AARCH64"},
+		"syscalls": []map[string]any{
+			{"names": []string{"unshare", "clone"}, "action": "SCMP_ACT_ERRNO", "errnoRet": eperm, "args": newUser},
+			{"names": []string{"clone3"}, "action": "SCMP_ACT_ERRNO", "errnoRet": enosys},
+		},
+	}
 }

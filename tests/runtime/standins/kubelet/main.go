@@ -4,10 +4,15 @@
 // pulled: each image name maps to a local root filesystem (--images).
 //
 // It exists for bookend's runtime suite (tests/runtime), where Tekton's real controller creates
-// the Pods and Tekton's real entrypoint binary orders the steps inside them. Not emulated:
-// networking (every container gets an empty network namespace, but with hostNetwork or the
-// annotation kubelet-standin.bookend.test/node-network: "true" the node's), resource limits and OOM kills,
-// probes, image pulls and image entrypoints, native sidecars, restarts. See docs/testing.md.
+// the Pods and Tekton's real entrypoint binary orders the steps inside them. Emulated besides:
+// a container's memory limit (its cgroup, without swap) and OOM kills as a kubelet on cgroup v2
+// reports them (the whole container killed at the first kill, memory.oom.group; reason
+// OOMKilled, read from the cgroup's oom_kill count); a node without user namespaces (the
+// annotation kubelet-standin.bookend.test/no-user-namespaces: "true", a per-container seccomp
+// filter). Not emulated: networking (every container gets an empty network namespace, but with
+// hostNetwork or the annotation kubelet-standin.bookend.test/node-network: "true" the node's),
+// CPU limits, probes, image pulls and image entrypoints, native sidecars, restarts. See
+// docs/testing.md.
 package main
 
 import (
