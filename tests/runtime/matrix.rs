@@ -202,6 +202,12 @@ fn cluster_resolver_refuses(policy: &Value, kubectl: &Kubectl, work: &Path) -> S
         .iter()
         .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default())
         .filter(|s| s["ref"]["resolver"] == "cluster")
+        .enumerate()
+        // Not bookend's reserved prefix: here the step is the author's own.
+        .map(|(i, mut s)| {
+            s["name"] = json!(format!("via-cluster-resolver-{i}"));
+            s
+        })
         .collect();
     let env = crate::runs::Env {
         kubectl: kubectl.clone(),
