@@ -158,8 +158,11 @@ pub fn check_refused_policies(
             out.stdout,
             out.stderr
         );
+        let remedy = lack
+            .flag()
+            .map_or_else(|| "upgrade Tekton".to_owned(), |flag| format!("set {flag}"));
         let mut row = format!(
-            "bookend denied as expected (needs {}; set {fix})",
+            "bookend denied as expected (needs {}; {remedy})",
             describe(&needs)
         );
         if lack.feature() == Feature::StepActionClusterResolver {
