@@ -289,26 +289,45 @@ fn append_when(step: &mut Value, input: &str) {
 // file reads empty: false). Reading the previous gate is what keeps a step skipped by its `when`
 // (exit code 0) from counting as a success. The verdict names every must-succeed step that did
 // not exit 0 and exits 1 if any did not.
+//
+// A gate first waits until each exit code file it reads is not empty: Tekton's entrypoint
+// writes a step's post file (which starts the next step) before its `exitCode` (creating the
+// file, then writing it; `Entrypointer.Go`, every release up to v1.15), so a gate right after a
+// step could read it empty, write `false`, and the guarded steps would be skipped while the
+// verdict, reading later, passes: a green TaskRun whose steps never ran. Every path that starts
+// the gate (a post file without `.err`) writes the exit code next, so the wait ends.
+
+/// A gate's script; `wait` is false for the form releases up to 0.2 wrote.
+fn gate_script(previous: &Option<(usize, String)>, checks: &[Checked], wait: bool) -> String {
+    let mut read = String::new();
+    let mut want = String::new();
+    if let Some((index, _)) = previous {
+        read.push_str(&format!("$(cat {index}/results/ok)"));
+        want.push_str("true");
+    }
+    for c in checks {
+        read.push_str(&format!("$(cat {}/exitCode)", c.index));
+        want.push('0');
+    }
+    let wait: String = checks
+        .iter()
+        .filter(|_| wait)
+        .map(|c| format!("until [ -s {}/exitCode ];do sleep 1;done;", c.index))
+        .collect();
+    format!(
+        "cd /tekton/steps;{wait}[ \"{read}\" = {want} ]&&r=true||r=false;printf $r>$(step.results.ok.path)"
+    )
+}
 
 /// A helper step as bookend writes it.
 pub fn helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
     let mut step = match spec {
-        Helper::Gate { previous, checks } => {
-            let mut read = String::new();
-            let mut want = String::new();
-            if let Some((index, _)) = previous {
-                read.push_str(&format!("$(cat {index}/results/ok)"));
-                want.push_str("true");
-            }
-            for c in checks {
-                read.push_str(&format!("$(cat {}/exitCode)", c.index));
-                want.push('0');
-            }
-            let script = format!(
-                "cd /tekton/steps;[ \"{read}\" = {want} ]&&r=true||r=false;printf $r>$(step.results.ok.path)"
-            );
-            shell_step(settings, name, script, Some(json!([{"name": "ok"}])))
-        }
+        Helper::Gate { previous, checks } => shell_step(
+            settings,
+            name,
+            gate_script(previous, checks, true),
+            Some(json!([{"name": "ok"}])),
+        ),
         Helper::Verdict { checks } => {
             let list = checks
                 .iter()
@@ -382,12 +401,16 @@ fn is_shell_word(s: &str) -> bool {
 }
 
 /// The forms earlier releases wrote a helper step in, which bookend still takes for its own so
-/// that an upgrade does not refuse what an older replica injected: without a securityContext
-/// (0.2), and 0.1's per-step loops.
-pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> [Value; 2] {
-    let mut bare = helper_step(settings, name, spec);
+/// that an upgrade does not refuse what an older replica injected: gates that read without
+/// waiting, with a securityContext and without (0.2), and 0.1's per-step loops.
+pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> [Value; 3] {
+    let mut unwaited = helper_step(settings, name, spec);
+    if let Helper::Gate { previous, checks } = spec {
+        unwaited["args"] = json!([gate_script(previous, checks, false)]);
+    }
+    let mut bare = unwaited.clone();
     if let Some(step) = bare.as_object_mut() {
         step.remove("securityContext");
     }
-    [bare, legacy_helper_step(settings, name, spec)]
+    [unwaited, bare, legacy_helper_step(settings, name, spec)]
 }

@@ -251,6 +251,15 @@ fn params_of<'a>(view: &TaskRunView<'a>, task_spec: &'a Value) -> ParamValues<'a
     }
 }
 
+/// `spec.taskRef.kind` is exactly `ClusterTask` (Tekton compares it as written).
+fn references_cluster_task(view: &TaskRunView<'_>) -> bool {
+    view.spec()
+        .and_then(|s| s.get("taskRef"))
+        .and_then(|r| r.get("kind"))
+        .and_then(Value::as_str)
+        == Some("ClusterTask")
+}
+
 fn ids(policies: &[&Policy]) -> String {
     policies
         .iter()
@@ -301,6 +310,18 @@ fn plan_local_ref(
         }
         return Ok(None);
     };
+    let tekton = &set.settings().tekton;
+    if tekton.has_cluster_tasks() && references_cluster_task(view) {
+        // That Tekton runs the cluster-scoped ClusterTask, not the namespaced Task bookend
+        // would inline: injecting into the wrong Task would change what runs.
+        return Err(Denial::policy(
+            first,
+            format!(
+                "spec.taskRef.kind: ClusterTask: Tekton {} runs the ClusterTask {task_name:?}, which bookend does not inline (it inlines namespaced Tasks only), so it cannot inject the policy's steps (taskRef: Inline); reference a Task in namespace {namespace} (copy the ClusterTask into one and drop kind: ClusterTask; ClusterTask is deprecated and gone in Tekton v1.0.0), use an inline taskSpec, or set taskRef: Skip on the policy",
+                tekton.version
+            ),
+        ));
+    }
     if lookup.inline_task_spec_refused() {
         // Inlining would make a TaskRun Tekton refuses ("must not set the field(s):
         // spec.taskSpec"), an error about a field the user never wrote.

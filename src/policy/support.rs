@@ -62,8 +62,11 @@ fn step_needs(path: &str, step: &Step, needs: &mut Vec<(String, Feature)>) {
     let mut need = |field: &str, feature| needs.push((format!("{path}.{field}"), feature));
     if let Some(r) = &step.ref_ {
         need("ref", Feature::StepActionRef);
-        if r.resolver.is_some() {
+        if let Some(resolver) = &r.resolver {
             need("ref.resolver", Feature::StepActionResolver);
+            if resolver == "cluster" {
+                need("ref.resolver", Feature::StepActionClusterResolver);
+            }
         }
     }
     if step.results.as_ref().is_some_and(|r| !r.is_empty()) {
@@ -186,6 +189,7 @@ mod tests {
             [
                 "spec.preSteps[1].ref",
                 "spec.preSteps[1].ref.resolver",
+                "spec.preSteps[1].ref.resolver",
                 "spec.postSteps[0].when"
             ]
         );
@@ -196,6 +200,26 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        assert_eq!(support(&spec, &lts(true)), Support::Full);
+        // With the flag on, v0.62's cluster resolver still refuses StepActions; v0.63 has it.
+        match support(&spec, &lts(true)) {
+            Support::Unsupported { path, lack } => {
+                assert_eq!(path, "spec.preSteps[1].ref.resolver");
+                assert_eq!(
+                    format!("{path}: {lack}"),
+                    "spec.preSteps[1].ref.resolver: Tekton v0.62.3 has no StepActions from the cluster resolver (kind: stepaction) (it first shipped in v0.63.0); upgrade Tekton"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        let v063 = Cluster {
+            version: "v0.63.0".parse().unwrap(),
+            ..lts(true)
+        };
+        assert_eq!(support(&spec, &v063), Support::Full);
+        assert_eq!(support(&spec, &Cluster::default()), Support::Full);
+        // Another resolver is not the cluster resolver's limit.
+        let mut other = spec.clone();
+        other.pre_steps[1].ref_.as_mut().unwrap().resolver = Some("git".into());
+        assert_eq!(support(&other, &lts(true)), Support::Full);
     }
 }

@@ -38,6 +38,14 @@ pub const NEWEST: Version = Version::new(1, 15, 0);
 const STEP_ACTIONS_GA: Version = Version::new(1, 0, 0);
 /// Step `when` first shipped in v0.62.0.
 const STEP_WHEN: Version = Version::new(0, 62, 0);
+/// The `cluster` resolver answers `kind: stepaction` since v0.63.0; v0.62's refuses it
+/// (`unknown or unsupported resource kind 'stepaction'`, in
+/// `pkg/resolution/resolver/cluster/resolver.go`), and the TaskRun fails at resolution.
+const CLUSTER_RESOLVER_STEP_ACTIONS: Version = Version::new(0, 63, 0);
+/// ClusterTask was removed in v1.0.0; before, `taskRef.kind: ClusterTask` (without a
+/// resolver) runs the cluster-scoped ClusterTask of that name (`GetTaskFunc` in
+/// `pkg/reconciler/taskrun/resources/taskref.go`).
+const CLUSTER_TASK_REMOVED: Version = Version::new(1, 0, 0);
 
 impl fmt::Display for Version {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -206,6 +214,8 @@ pub enum Feature {
     StepActionRef,
     /// `ref.resolver` on a step (resolver references are beta).
     StepActionResolver,
+    /// `ref.resolver: cluster` on a step: the cluster resolver fetching a StepAction.
+    StepActionClusterResolver,
     /// Step `workspaces` (isolated workspaces, beta).
     StepWorkspaces,
     /// `stdoutConfig` / `stderrConfig` (alpha).
@@ -222,6 +232,9 @@ impl Feature {
             Self::StepResults => "step results",
             Self::StepActionRef => "StepActions (step ref)",
             Self::StepActionResolver => "a resolver in a step ref",
+            Self::StepActionClusterResolver => {
+                "StepActions from the cluster resolver (kind: stepaction)"
+            }
             Self::StepWorkspaces => "step workspaces",
             Self::StepOutputConfig => "step stdoutConfig/stderrConfig",
             Self::WhenCel => "cel in when",
@@ -309,6 +322,12 @@ impl Cluster {
         self.version >= STEP_ACTIONS_GA || self.flags.enable_step_actions == Some(true)
     }
 
+    /// Whether `taskRef.kind: ClusterTask` (without a resolver) runs a ClusterTask here: the
+    /// releases before v1.0.0, which still have ClusterTask.
+    pub fn has_cluster_tasks(&self) -> bool {
+        self.version < CLUSTER_TASK_REMOVED
+    }
+
     /// `None` when the cluster's Tekton admits and runs `feature`; else why not and the fix.
     pub fn lacks(&self, feature: Feature) -> Option<Lack> {
         let version = self.version;
@@ -339,6 +358,15 @@ impl Cluster {
             Feature::StepActionResolver => self
                 .lacks(Feature::StepActionRef)
                 .or_else(|| api_fields(ApiFields::Beta)),
+            Feature::StepActionClusterResolver => {
+                self.lacks(Feature::StepActionResolver).or_else(|| {
+                    (version < CLUSTER_RESOLVER_STEP_ACTIONS).then_some(Lack::Version {
+                        feature,
+                        version,
+                        since: CLUSTER_RESOLVER_STEP_ACTIONS,
+                    })
+                })
+            }
             Feature::StepWorkspaces => api_fields(ApiFields::Beta),
             Feature::StepOutputConfig => api_fields(ApiFields::Alpha),
             Feature::WhenCel => self.lacks(Feature::StepWhen).or_else(|| {

@@ -40,6 +40,9 @@ use super::restrict_length;
 /// PipelineRun's `timeouts.tasks` (or `finally`) when longer than the default
 /// (`pipelineRunTimeout`); before, `spec.timeout` comes from the pipeline task's only.
 const PIPELINE_RUN_TIMEOUT_SINCE: Version = Version::new(1, 11, 0);
+/// First Tekton whose `getTaskrunLabels` gives a child TaskRun the `tekton.dev/pipelineRunUID`
+/// label; before, only the PipelineRun's name.
+const PIPELINE_RUN_UID_LABEL_SINCE: Version = Version::new(0, 63, 0);
 /// First Tekton with `taskRunSpecs[].timeout` (`PipelineTaskRunSpec.Timeout`, which overrides
 /// the pipeline task's); before, the field does not exist and is ignored.
 const TASK_RUN_SPEC_TIMEOUT_SINCE: Version = Version::new(1, 4, 0);
@@ -928,7 +931,9 @@ fn task_run(
     let mut labels = Map::new();
     let mut child_labels = pr.labels.clone();
     child_labels.insert(PIPELINE_RUN_LABEL.into(), pr.name.into());
-    child_labels.insert(PIPELINE_RUN_UID_LABEL.into(), pr.uid.into());
+    if pr.version >= PIPELINE_RUN_UID_LABEL_SINCE {
+        child_labels.insert(PIPELINE_RUN_UID_LABEL.into(), pr.uid.into());
+    }
     child_labels.insert(PIPELINE_TASK_LABEL.into(), pt_name.into());
     child_labels.insert(
         MEMBER_OF_LABEL.into(),
@@ -1825,6 +1830,31 @@ spec:
             timeouts(Version::new(1, 0, 4)),
             [Value::Null, json!("1h30m0s"), json!("1h30m0s")]
         );
+    }
+
+    /// `getTaskrunLabels` adds the PipelineRun's uid from v0.63.0 (confirmed by scenario 17 on
+    /// v0.62.3).
+    #[test]
+    fn the_pipeline_run_uid_label_follows_the_clusters_tekton() {
+        let mut run = pr(r#"
+apiVersion: tekton.dev/v1
+kind: PipelineRun
+metadata: {name: t}
+spec:
+  pipelineSpec:
+    tasks: [{name: one, taskRef: {name: a}}]
+"#);
+        run["metadata"]["uid"] = json!("1111");
+        let uid = |version: Version| -> Value {
+            let p = preview_for(&run, "default", &none, version).unwrap();
+            task_runs(&p)[0]["metadata"]["labels"]
+                .get(PIPELINE_RUN_UID_LABEL)
+                .cloned()
+                .unwrap_or(Value::Null)
+        };
+        assert_eq!(uid(cluster::NEWEST), json!("1111"));
+        assert_eq!(uid(Version::new(0, 63, 0)), json!("1111"));
+        assert_eq!(uid(Version::new(0, 62, 3)), Value::Null);
     }
 
     #[test]

@@ -198,7 +198,7 @@ build podnet            "$E2E_DIR/../runtime/standins" ./podnet                 
 # runtime/resolvers: config/resolvers as shipped, without its Deployment and Service. The stamp
 # names the layout, so a directory from an older layout is copied again.
 RUNTIME_DIR="$TEKTON_BIN/runtime"
-RUNTIME_LAYOUT="$TEKTON_VERSION crds config rbac resolvers"
+RUNTIME_LAYOUT="$TEKTON_VERSION crds+clustertask config rbac resolvers"
 if wanted runtime-config && [[ $FORCE != 1 && -f $RUNTIME_DIR/TEKTON_VERSION && $(cat "$RUNTIME_DIR/TEKTON_VERSION") == "$RUNTIME_LAYOUT" ]]; then
   echo "build-tools: runtime-config: up to date, skipped ($RUNTIME_DIR)"
 elif wanted runtime-config; then
@@ -206,7 +206,9 @@ elif wanted runtime-config; then
     | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')
   rm -rf "$RUNTIME_DIR"
   mkdir -p "$RUNTIME_DIR/crds" "$RUNTIME_DIR/config" "$RUNTIME_DIR/rbac" "$RUNTIME_DIR/resolvers"
-  for f in 300-pipelinerun.yaml 300-pipeline.yaml 300-customrun.yaml 300-resolutionrequest.yaml 300-verificationpolicy.yaml; do
+  # ClusterTask only before Tekton v1.0 (removed there): scenario 14 runs one.
+  for f in 300-pipelinerun.yaml 300-pipeline.yaml 300-customrun.yaml 300-resolutionrequest.yaml 300-verificationpolicy.yaml 300-clustertask.yaml; do
+    [[ -f $moddir/config/300-crds/$f ]] || continue
     awk '
       /^  conversion:[[:space:]]*$/ { print "  conversion:"; print "    strategy: None"; skip=1; next }
       skip && /^(  [^ ]|[^ ])/ { skip=0 }

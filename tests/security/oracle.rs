@@ -399,7 +399,7 @@ impl Helpers {
         Self {
             image: settings.helper_image.clone(),
             prefix: settings.prefix.clone(),
-            gate: Regex::new(r#"^cd /tekton/steps;\[ "(\$\(cat [0-9]+/(results/ok|exitCode)\))+" = (true)?0* \]&&r=true\|\|r=false;printf \$r>\$\(step\.results\.ok\.path\)$"#).unwrap(),
+            gate: Regex::new(r#"^cd /tekton/steps;(until \[ -s [0-9]+/exitCode \];do sleep 1;done;)*\[ "(\$\(cat [0-9]+/(results/ok|exitCode)\))+" = (true)?0* \]&&r=true\|\|r=false;printf \$r>\$\(step\.results\.ok\.path\)$"#).unwrap(),
             verdict: Regex::new(r#"^cd /tekton/steps;r=0;for s in [a-z0-9 -]+;do c=\$\(cat \$s/exitCode\);\[ "\$c" = 0 \]\|\|\{ echo "bookend: \$s failed \(exit code \$\{c:-none\}\)";r=1;\};done;exit \$r$"#).unwrap(),
             legacy_gate: Regex::new(r#"^ok=true; (\[ "\$\(cat /tekton/steps/step-[a-z0-9-]+/results/ok 2>/dev/null\)" = true \] \|\| ok=false; )?for s in [a-z0-9: -]+; do c=\$\(cat /tekton/steps/\$\{s%%:\*\}/exitCode 2>/dev/null\); \[ "\$c" = 0 \] \|\| ok=false; done; printf %s "\$ok" > \$\(step\.results\.ok\.path\)$"#).unwrap(),
             legacy_verdict: Regex::new(r#"^rc=0; for s in [a-z0-9: -]+; do c=\$\(cat /tekton/steps/\$\{s%%:\*\}/exitCode 2>/dev/null\); if \[ "\$c" != 0 \]; then echo "bookend: \$\{s#\*:\} failed \(exit code \$\{c:-none\}\)"; rc=1; fi; done; exit \$rc$"#).unwrap(),

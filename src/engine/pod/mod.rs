@@ -628,9 +628,22 @@ fn is_helper(container: &Value, settings: &Settings, facts: &PodFacts<'_>) -> bo
         || container::check(container, &step, facts).is_ok()
 }
 
-/// `cd /tekton/steps;[ "$(cat 1/results/ok)$(cat 2/exitCode)" = true0 ]&&r=true||r=false;…`
+/// `cd /tekton/steps;until [ -s 2/exitCode ];do sleep 1;done;[ "$(cat 1/results/ok)$(cat
+/// 2/exitCode)" = true0 ]&&r=true||r=false;…`: a wait for each exit code file it reads, or none
+/// (the form releases up to 0.2 wrote).
 fn is_gate_script(script: &str) -> bool {
-    let Some(rest) = script.strip_prefix("cd /tekton/steps;[ \"") else {
+    let Some(mut rest) = script.strip_prefix("cd /tekton/steps;") else {
+        return false;
+    };
+    let mut waited = Vec::new();
+    while let Some((file, after)) = rest
+        .strip_prefix("until [ -s ")
+        .and_then(|r| r.split_once(" ];do sleep 1;done;"))
+    {
+        waited.push(file);
+        rest = after;
+    }
+    let Some(rest) = rest.strip_prefix("[ \"") else {
         return false;
     };
     let Some(rest) = rest.strip_suffix(" ]&&r=true||r=false;printf $r>$(step.results.ok.path)")
@@ -640,6 +653,7 @@ fn is_gate_script(script: &str) -> bool {
     let Some((reads, want)) = rest.split_once("\" = ") else {
         return false;
     };
+    let mut exit_codes = Vec::new();
     let mut reads = reads;
     while let Some(r) = reads.strip_prefix("$(cat ") {
         let Some((file, after)) = r.split_once(')') else {
@@ -654,10 +668,15 @@ fn is_gate_script(script: &str) -> bool {
         {
             return false;
         }
+        if what == "exitCode" {
+            exit_codes.push(file);
+        }
         reads = after;
     }
     let want = want.strip_prefix("true").unwrap_or(want);
-    reads.is_empty() && want.bytes().all(|b| b == b'0')
+    reads.is_empty()
+        && want.bytes().all(|b| b == b'0')
+        && (waited.is_empty() || waited == exit_codes)
 }
 
 /// `cd /tekton/steps;r=0;for s in step-a step-b;do …;done;exit $r`

@@ -41,11 +41,11 @@ fn always_adds_gates_continue_and_a_verdict() {
     // since (build, step 2).
     assert_eq!(
         helper_script(&steps[1]),
-        r#"cd /tekton/steps;[ "$(cat 0/exitCode)" = 0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"#
+        r#"cd /tekton/steps;until [ -s 0/exitCode ];do sleep 1;done;[ "$(cat 0/exitCode)" = 0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"#
     );
     assert_eq!(
         helper_script(&steps[3]),
-        r#"cd /tekton/steps;[ "$(cat 1/results/ok)$(cat 2/exitCode)" = true0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"#
+        r#"cd /tekton/steps;until [ -s 2/exitCode ];do sleep 1;done;[ "$(cat 1/results/ok)$(cat 2/exitCode)" = true0 ]&&r=true||r=false;printf $r>$(step.results.ok.path)"#
     );
     assert_eq!(steps[3]["results"], json!([{"name": "ok"}]));
     assert_eq!(steps[3]["command"], json!(["/bin/sh", "-c"]));
@@ -166,6 +166,6 @@ fn always_gates_stay_small_for_long_task_runs() {
     assert_eq!(gates.len(), 300);
     // Each gate checks the previous gate and one step, not every earlier step.
     let longest = gates.iter().map(|g| helper_script(g).len()).max().unwrap();
-    assert!(longest < 130, "{longest}");
+    assert!(longest < 180, "{longest}");
     assert!(serde_json::to_vec(&out).unwrap().len() < 200_000);
 }

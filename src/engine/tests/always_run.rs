@@ -236,6 +236,11 @@ fn always_helpers_run_as_documented() {
 
 /// The admitted TaskRun with its helpers in the form releases up to 0.1.0 wrote.
 fn with_legacy_helpers(set: &PolicySet, object: &Value, admitted: &Value) -> Value {
+    with_earlier_helpers(set, object, admitted, 2)
+}
+
+/// The admitted TaskRun with its helpers in one of [`inject::earlier_helper_steps`]' forms.
+fn with_earlier_helpers(set: &PolicySet, object: &Value, admitted: &Value, form: usize) -> Value {
     let applied: Vec<&Policy> = set.policies().iter().collect();
     let composed = inject::compose(
         steps_of(object).clone(),
@@ -253,7 +258,9 @@ fn with_legacy_helpers(set: &PolicySet, object: &Value, admitted: &Value) -> Val
     for (step, kind) in steps.iter_mut().zip(&composed.kinds) {
         if matches!(kind, inject::StepKind::Gate | inject::StepKind::Verdict) {
             let name = tekton::step_name(step).unwrap().to_owned();
-            *step = inject::legacy_helper_step(set.settings(), &name, specs.next().unwrap());
+            *step = inject::earlier_helper_steps(set.settings(), &name, specs.next().unwrap())
+                [form]
+                .clone();
         }
     }
     legacy
@@ -281,4 +288,66 @@ fn helpers_in_the_older_form_are_bookends_own() {
     assert_eq!(backstop.outcome, Outcome::Admitted, "{:?}", backstop.patch);
     // And it ran the same way.
     assert_always_semantics(&legacy);
+}
+
+#[test]
+fn gates_without_the_wait_are_bookends_own() {
+    let (set, object) = always_scenario();
+    let admitted = assert_converges(&set, &object);
+    for form in [0, 1] {
+        let earlier = with_earlier_helpers(&set, &object, &admitted, form);
+        assert_ne!(earlier, admitted, "form {form}");
+        assert!(
+            !helper_script(&steps_of(&earlier)[1]).contains("until"),
+            "form {form}"
+        );
+        assert_settled(&set, &earlier);
+        let backstop = decide_backstop(request(&earlier), &set, &Catalog::default());
+        assert_eq!(backstop.outcome, Outcome::Admitted, "form {form}");
+        assert_always_semantics(&earlier);
+    }
+}
+
+/// Tekton's entrypoint writes a step's post file (which starts the gate) before its `exitCode`
+/// (docs/tekton-notes.md): a gate that finds the file missing must wait for it, not write
+/// `false` (which would skip the guarded steps while the verdict, reading later, passes).
+#[test]
+fn a_gate_waits_for_the_exit_code_tekton_writes_after_the_post_file() {
+    let (set, object) = always_scenario();
+    let admitted = assert_converges(&set, &object);
+    let gate_result = |gate: &Value| -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("steps");
+        for i in 0..3 {
+            std::fs::create_dir_all(root.join(i.to_string()).join("results")).unwrap();
+        }
+        // Gate 1 (step 1) passed; `build` (step 2) finished, its exit code not written yet.
+        std::fs::write(root.join("1/results/ok"), "true").unwrap();
+        let script = helper_script(gate).replace("/tekton/steps", root.to_str().unwrap());
+        let script = script.replace("$(step.results.ok.path)", "ok");
+        let mut gate = std::process::Command::new("/bin/sh")
+            .args(["-c", &script])
+            .current_dir(dir.path())
+            .spawn()
+            .expect("/bin/sh runs");
+        // A gate that waits cannot finish before the file is there (whenever it is checked);
+        // one that does not finishes on its own, having read nothing.
+        let waits = script.contains("until [ -s 2/exitCode ]");
+        if waits {
+            std::thread::sleep(std::time::Duration::from_millis(200));
+            assert!(gate.try_wait().unwrap().is_none(), "the gate waits");
+        } else {
+            assert!(gate.wait().unwrap().success());
+        }
+        // The entrypoint's late write.
+        std::fs::write(root.join("2/exitCode"), "0").unwrap();
+        assert!(gate.wait().unwrap().success());
+        std::fs::read_to_string(root.join("ok")).unwrap()
+    };
+    let gate_2 = &steps_of(&admitted)[3];
+    assert_eq!(tekton::step_name(gate_2), Some("bookend-gate-2"));
+    assert_eq!(gate_result(gate_2), "true");
+    // The form releases up to 0.2 wrote read at once: `false`, the race this closes.
+    let earlier = with_earlier_helpers(&set, &object, &admitted, 0);
+    assert_eq!(gate_result(&steps_of(&earlier)[3]), "false");
 }

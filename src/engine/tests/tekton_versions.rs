@@ -148,3 +148,46 @@ fn an_audit_policy_the_cluster_cannot_run_reports_that_it_would_deny() {
         d.warnings
     );
 }
+
+#[test]
+fn a_cluster_task_ref_is_refused_where_tekton_still_runs_cluster_tasks() {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a"},
+        "spec": {"steps": [{"name": "compile", "image": "go"}]}});
+    let mut catalog = Catalog::default();
+    catalog.add_objects(&[task], "team-a");
+    let cluster_task_run = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "r", "namespace": "team-a"},
+        "spec": {"taskRef": {"name": "build", "kind": "ClusterTask"}}});
+    // Before v1.0 Tekton runs the ClusterTask `build`: inlining the namespaced Task `build`
+    // would run another Task.
+    for version in ["v0.62.3", "v0.70.0"] {
+        let m = denied_with(
+            &on(version, Some(true), PRE_POST),
+            &cluster_task_run,
+            &catalog,
+            "spec.taskRef.kind: ClusterTask",
+        );
+        assert!(
+            m.contains(&format!("Tekton {version} runs the ClusterTask \"build\""))
+                && m.contains("reference a Task in namespace team-a")
+                && m.contains("taskRef: Skip"),
+            "{m}"
+        );
+        // The namespaced forms are still inlined there.
+        let mut plain = cluster_task_run.clone();
+        plain["spec"]["taskRef"] = json!({"name": "build", "kind": "Task"});
+        let d = run_with(&on(version, Some(true), PRE_POST), &plain, &catalog);
+        assert_eq!(d.outcome, Outcome::Mutated, "{version}");
+        // `taskRef: Skip` leaves it to Tekton (and the Pod backstop), as any reference.
+        let skip = PRE_POST
+            .replace("priority: 1\n", "priority: 1\n  taskRef: Skip\n")
+            .replace("priority: 2\n", "priority: 2\n  taskRef: Skip\n");
+        let d = run_with(&on(version, Some(true), &skip), &cluster_task_run, &catalog);
+        assert_eq!(d.outcome, Outcome::Admitted, "{version}: {:?}", d.message);
+    }
+    // Since v1.0 there is no ClusterTask: Tekton runs the namespaced Task, which bookend inlines.
+    let d = run_with(&on("v1.0.0", None, PRE_POST), &cluster_task_run, &catalog);
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    assert!(names(&d.object).contains(&"compile".to_owned()));
+}

@@ -1,0 +1,1 @@
+../../../standins/tektonconversion/main.go
