@@ -193,15 +193,39 @@ spec:
 
     #[test]
     fn remote_tasks_are_skipped_with_the_reason() {
-        let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
+        // Enforced, a policy whose criteria are all about the namespace would inject into the
+        // resolved Task (at the controller's dry-run); one that selects by the TaskRun's labels
+        // would skip it.
+        let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
                             "spec": {"taskRef": {"resolver": "git"}}});
-        let f = findings(object);
+        let f = findings(object.clone());
         assert_eq!(f.len(), 2);
         assert!(
-            f.iter().all(|f| f.outcome == AuditOutcome::Skipped),
+            f.iter().all(|f| f.outcome == AuditOutcome::WouldInject),
             "{f:?}"
         );
-        assert!(f[0].message.contains("remote Task"), "{}", f[0].message);
+        object["metadata"]["labels"] = json!({"team": "a"});
+        let loaded = policy_set_from_yaml(
+            "p.yaml",
+            &POLICIES.replace(
+                "  mode: Audit\n  postSteps: [{name: bookend-report",
+                "  mode: Audit\n  match: {selector: {matchLabels: {team: a}}}\n  postSteps: [{name: bookend-report",
+            ),
+            Settings::default(),
+        );
+        assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+        let f = audit(
+            Request {
+                object: &object,
+                namespace: "team-a",
+                dry_run: false,
+            },
+            &loaded.set,
+            &Catalog::default(),
+        );
+        assert_eq!(f[1].policy, "ClusterStepPolicy/org-report");
+        assert_eq!(f[1].outcome, AuditOutcome::Skipped, "{f:?}");
+        assert!(f[1].message.contains("remote Task"), "{}", f[1].message);
         assert!(findings(json!({"kind": "Pod"})).is_empty());
     }
 

@@ -396,11 +396,13 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let settings = set.settings();
     let prefix = settings.prefix.as_str();
 
-    // The steps as the TaskRun carries them: inline, or as the controller resolved them.
-    let task_spec = view
-        .task_spec()
-        .filter(|t| t.get("steps").is_some())
-        .or_else(|| taskrun.pointer("/status/taskSpec"));
+    // The steps as the TaskRun carries them: inline, or as the controller resolved them (a
+    // remote Task: `status.taskSpec`, which only Tekton's controller writes, through the
+    // `taskruns/status` subresource). Its content is the resolver's Task, which the author may
+    // control, so there only composing again says which steps are the org's, never a name.
+    let inline = view.task_spec().filter(|t| t.get("steps").is_some());
+    let from_status = inline.is_none();
+    let task_spec = inline.or_else(|| taskrun.pointer("/status/taskSpec"));
     let empty = Value::Null;
     let task_spec = task_spec.unwrap_or(&empty);
     let steps: &[Value] = task_spec
@@ -460,12 +462,21 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     });
 
     // Who owns each step: by composing again when every policy is as it was at admission.
+    // A resolved Task is composed again in any case (its steps were injected at its
+    // resolution, after the record: the current policies may be the ones that injected), and
+    // when that fails none of its steps is the org's: a step named like one could be the
+    // author's own (the dry-run mutation skipped, the Pod backstop in warn mode).
     let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
-    let composed = (covered.iter().all(|c| c.drift.is_none()) && !current.is_empty())
-        .then(|| compose_owners(steps, task_spec, &view, &current, set))
-        .flatten();
+    let composed = ((from_status || covered.iter().all(|c| c.drift.is_none()))
+        && !current.is_empty())
+    .then(|| compose_owners(steps, task_spec, &view, &current, set))
+    .flatten();
     let by_composition = composed.is_some();
-    let owners = composed.unwrap_or_else(|| name_owners(steps, &covered, settings));
+    let owners = match composed {
+        Some(owners) => owners,
+        None if from_status => vec![Owner::User; steps.len()],
+        None => name_owners(steps, &covered, settings),
+    };
 
     // Each step's state, by name (Tekton reports `status.steps[].name` as the step's name).
     let reported: BTreeMap<&str, &Value> = taskrun
@@ -534,11 +545,32 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                     problems.push(problem);
                 }
             }
-            // A recorded step the TaskRun does not carry was removed after admission.
-            for missing in cover.steps.iter().filter(|s| !names.contains(s)) {
+            // A recorded step the TaskRun does not carry as the org's: removed after admission,
+            // or, from a resolved Task, not injected at its resolution (or never resolved).
+            for missing in cover
+                .steps
+                .iter()
+                .filter(|s| !runs.iter().any(|r| &r.name == *s))
+            {
+                let why = if steps.is_empty() && from_status {
+                    format!(
+                        "its Task was never resolved into steps: {}",
+                        stop.cause_before(0)
+                    )
+                } else if names.contains(missing) {
+                    "the TaskRun carries a step of that name that is not the policy's (its Task's \
+                     own, so not evidence)"
+                        .to_owned()
+                } else if from_status {
+                    "the Task that ran (status.taskSpec) does not carry it: it was not injected \
+                     when the Task was resolved"
+                        .to_owned()
+                } else {
+                    "the TaskRun does not carry it".to_owned()
+                };
                 problems.push((
                     Cause::DidNotRun,
-                    format!("org step {missing} did not run: the TaskRun does not carry it"),
+                    format!("org step {missing} did not run: {why}"),
                 ));
             }
             PolicyRun {
@@ -569,8 +601,12 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let created = taskrun
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str);
+    // A resolved Task gets only the policies whose criteria are all about the namespace (the
+    // others the TaskRun's admission skipped or refused, by their remoteTaskRef).
+    let remote = matches!(view.task_source(), tekton::TaskSource::RemoteRef { .. });
     for policy in set.candidates(&subject) {
         if policy.spec.mode != Mode::Enforce
+            || (remote && !policy.namespace_level_only())
             || !policy.matches(&subject)
             || covered.iter().any(|c| c.id == policy.id.to_string())
         {
