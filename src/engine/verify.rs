@@ -469,7 +469,7 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
     let composed = ((from_status || covered.iter().all(|c| c.drift.is_none()))
         && !current.is_empty())
-    .then(|| compose_owners(steps, task_spec, &view, &current, set))
+    .then(|| compose_owners(steps, task_spec, &view, &current, set, from_status))
     .flatten();
     let by_composition = composed.is_some();
     let owners = match composed {
@@ -637,13 +637,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
 }
 
 /// Owners by composing again, as admission does; `None` when the composition does not give
-/// back the TaskRun's steps in place.
+/// back the TaskRun's steps in place. A resolved Task (`resolved`) was composed at the
+/// controller's dry-run, which knows none of the TaskRun's param values: only the Task's
+/// defaults, as here.
 fn compose_owners(
     steps: &[Value],
     task_spec: &Value,
     view: &TaskRunView<'_>,
     applied: &[&Policy],
     set: &PolicySet,
+    resolved: bool,
 ) -> Option<Vec<Owner>> {
     let params_of = |holder: Option<&Value>| -> Vec<Value> {
         holder
@@ -652,7 +655,12 @@ fn compose_owners(
             .cloned()
             .unwrap_or_default()
     };
-    let (run_params, spec_params) = (params_of(view.spec()), params_of(Some(task_spec)));
+    let run_params = if resolved {
+        Vec::new()
+    } else {
+        params_of(view.spec())
+    };
+    let spec_params = params_of(Some(task_spec));
     let params = ParamValues {
         run_params: &run_params,
         spec_params: &spec_params,

@@ -820,3 +820,38 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
     assert_eq!(notify.drift.as_ref().map(Drift::as_str), Some("changed"));
     assert!(v.by_composition);
 }
+
+/// A user step whose `onError` is a param: the dry-run composed the resolved Task with the
+/// Task's default (it knows no TaskRun), so verification does too, whatever value the TaskRun
+/// passes.
+#[test]
+fn a_resolved_task_is_composed_again_with_the_params_its_dry_run_saw() {
+    let set = policies(POLICIES);
+    let (mut object, _) = remote(&set);
+    object["spec"]["params"] = json!([{"name": "mode", "value": "stopAndFail"}]);
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"},
+                      "spec": {"params": [{"name": "mode", "default": "continue"}],
+                               "steps": [{"name": "build", "image": "go", "onError": "$(params.mode)"},
+                                         {"name": "test", "image": "go"}]}});
+    let resolved = crate::engine::decide_resolved_task(
+        crate::engine::Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
+    let spec = resolved.object["spec"].clone();
+    let steps = step_names(&spec).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object, &spec, true, "Succeeded", steps),
+    );
+    assert!(v.by_composition, "{v:#?}");
+    for p in &v.policies {
+        assert_eq!(p.verdict, RunVerdict::Pass, "{p:#?}");
+    }
+}
