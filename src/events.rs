@@ -523,7 +523,7 @@ spec:
             events[1].1.starts_with("TaskRun uses a remote Task (git resolver); not injected: ClusterStepPolicy/labelled ("),
             "{events:?}"
         );
-        assert_eq!(plan.results[0]["result"], "pass");
+        assert_eq!(plan.results[0]["result"], "skip");
 
         // taskRef: Skip alone: the TaskRun keeps its taskRef, and the warning names the policy.
         let loaded = policy_set_from_yaml(

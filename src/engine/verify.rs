@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::SubjectFacts;
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
-use super::recognise::recognise;
+use super::recognise::recognise_as_run;
 use super::record::{self, Record};
 use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Verdict};
 use crate::tekton::{self, ApiVersion, TaskRunView};
@@ -668,7 +668,22 @@ fn compose_owners(
     let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let version = ApiVersion::V1;
     let settings = set.settings();
-    let recognised = recognise(steps, applied, settings, version, &params, hint.as_ref()).ok()?;
+    let substitutions = resolved.then(|| Substitutions::of(view, task_spec));
+    let as_run = |composed: &mut [Value]| {
+        if let Some(substitutions) = &substitutions {
+            substitutions.apply(composed);
+        }
+    };
+    let recognised = recognise_as_run(
+        steps,
+        applied,
+        settings,
+        version,
+        &params,
+        hint.as_ref(),
+        &as_run,
+    )
+    .ok()?;
     if !recognised.in_place {
         return None;
     }
@@ -688,6 +703,118 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// `status.taskSpec` is the spec after Tekton's controller substituted its variables
+/// (`applyParamsContextsResultsAndWorkspaces` in Tekton's `pkg/reconciler/taskrun/taskrun.go`),
+/// so what bookend composes again is substituted the same way before it is compared: a step is
+/// the org's only if Tekton's substitution of bookend's step gives exactly what ran. Handled:
+/// `$(context.taskRun.{name,namespace,uid})`, string `$(params.<p>)` (the TaskRun's value, else
+/// the Task's default), `$(results.<r>.path)`, `$(step.results.<r>.path)` and
+/// `$(steps.<s>.exitCode.path)`. A step with another variable Tekton substitutes does not match
+/// (a `fail`, never a pass).
+struct Substitutions {
+    /// `$(key)` -> value, for every step.
+    shared: Vec<(String, String)>,
+}
+
+impl Substitutions {
+    fn of(view: &TaskRunView<'_>, task_spec: &Value) -> Self {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        let mut shared = Vec::new();
+        for key in ["name", "namespace", "uid"] {
+            if let Some(value) = text(view.object.pointer(&format!("/metadata/{key}"))) {
+                shared.push((format!("$(context.taskRun.{key})"), value));
+            }
+        }
+        let run_params = view
+            .spec()
+            .and_then(|s| s.get("params"))
+            .and_then(Value::as_array);
+        for param in task_spec
+            .get("params")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = text(param.get("name")) else {
+                continue;
+            };
+            let given = run_params
+                .into_iter()
+                .flatten()
+                .find(|p| p.get("name").and_then(Value::as_str) == Some(name.as_str()))
+                .and_then(|p| p.get("value"));
+            if let Some(value) = text(given.or_else(|| param.get("default"))) {
+                shared.push((format!("$(params.{name})"), value));
+            }
+        }
+        for result in task_spec
+            .get("results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = text(result.get("name")) {
+                shared.push((
+                    format!("$(results.{name}.path)"),
+                    format!("/tekton/results/{name}"),
+                ));
+            }
+        }
+        Self { shared }
+    }
+
+    fn apply(&self, steps: &mut [Value]) {
+        let names: Vec<String> = steps
+            .iter()
+            .filter_map(|s| tekton::step_name(s).map(str::to_owned))
+            .collect();
+        let mut exit_codes: Vec<(String, String)> = names
+            .iter()
+            .map(|s| {
+                (
+                    format!("$(steps.{s}.exitCode.path)"),
+                    format!("/tekton/steps/step-{s}/exitCode"),
+                )
+            })
+            .collect();
+        exit_codes.extend(self.shared.iter().cloned());
+        for step in steps.iter_mut() {
+            let mut pairs = exit_codes.clone();
+            if let Some(s) = tekton::step_name(step).map(str::to_owned) {
+                for result in step
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(r) = result.get("name").and_then(Value::as_str) {
+                        pairs.push((
+                            format!("$(step.results.{r}.path)"),
+                            format!("/tekton/steps/step-{s}/results/{r}"),
+                        ));
+                    }
+                }
+            }
+            replace_in_strings(step, &pairs);
+        }
+    }
+}
+
+fn replace_in_strings(value: &mut Value, pairs: &[(String, String)]) {
+    match value {
+        Value::String(text) if text.contains("$(") => {
+            for (variable, substituted) in pairs {
+                if text.contains(variable.as_str()) {
+                    *text = text.replace(variable.as_str(), substituted);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| replace_in_strings(v, pairs)),
+        Value::Object(map) => map.values_mut().for_each(|v| replace_in_strings(v, pairs)),
+        _ => {}
+    }
 }
 
 /// Owners by the record's step names (a policy drifted, so composing again cannot tell): a

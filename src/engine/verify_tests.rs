@@ -617,7 +617,22 @@ fn remote(set: &PolicySet) -> (Value, Value) {
         &Catalog::default(),
     );
     assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
-    (object, resolved.object["spec"].clone())
+    (object, as_tekton_stores(&resolved.object["spec"]))
+}
+
+/// A Task spec as Tekton's controller stores it in `status.taskSpec`: with the step result
+/// paths substituted (the only variables bookend's helpers carry).
+fn as_tekton_stores(spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    for step in spec["steps"].as_array_mut().unwrap() {
+        let name = step["name"].as_str().unwrap().to_owned();
+        let text = step.to_string().replace(
+            "$(step.results.ok.path)",
+            &format!("/tekton/steps/step-{name}/results/ok"),
+        );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    spec
 }
 
 /// `object` finished, with `task_spec` as the Task that ran (`status.taskSpec`).
@@ -821,37 +836,43 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
     assert!(v.by_composition);
 }
 
-/// A user step whose `onError` is a param: the dry-run composed the resolved Task with the
-/// Task's default (it knows no TaskRun), so verification does too, whatever value the TaskRun
-/// passes.
+/// Tekton's controller stores `status.taskSpec` after substituting its variables: bookend's
+/// gates carry their result paths there. Composing again finds them, and only them.
 #[test]
-fn a_resolved_task_is_composed_again_with_the_params_its_dry_run_saw() {
+fn a_resolved_task_is_recognised_after_tektons_substitution() {
     let set = policies(POLICIES);
-    let (mut object, _) = remote(&set);
-    object["spec"]["params"] = json!([{"name": "mode", "value": "stopAndFail"}]);
-    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-                      "metadata": {"name": "build", "namespace": "team-a"},
-                      "spec": {"params": [{"name": "mode", "default": "continue"}],
-                               "steps": [{"name": "build", "image": "go", "onError": "$(params.mode)"},
-                                         {"name": "test", "image": "go"}]}});
-    let resolved = crate::engine::decide_resolved_task(
-        crate::engine::Request {
-            object: &task,
-            namespace: "team-a",
-            dry_run: true,
-        },
-        &set,
-        &Catalog::default(),
+    let (object, ran) = remote(&set);
+    assert!(
+        ran.to_string()
+            .contains("/tekton/steps/step-bookend-gate-1/results/ok"),
+        "{ran}"
     );
-    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
-    let spec = resolved.object["spec"].clone();
-    let steps = step_names(&spec).iter().map(|n| completed(n)).collect();
+    let steps = step_names(&ran).iter().map(|n| completed(n)).collect();
     let v = verified(
         &set,
-        &finish_remote(object, &spec, true, "Succeeded", steps),
+        &finish_remote(object.clone(), &ran, true, "Succeeded", steps),
     );
     assert!(v.by_composition, "{v:#?}");
-    for p in &v.policies {
-        assert_eq!(p.verdict, RunVerdict::Pass, "{p:#?}");
-    }
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "{v:#?}"
+    );
+    // A gate whose result goes elsewhere is not bookend's: nothing is the org's.
+    let mut tampered = ran.clone();
+    let gate = &mut tampered["steps"][1];
+    assert_eq!(gate["name"], "bookend-gate-1");
+    let text = gate
+        .to_string()
+        .replace("/tekton/steps/step-bookend-gate-1/results/ok", "/dev/null");
+    *gate = serde_json::from_str(&text).unwrap();
+    let steps = step_names(&tampered).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object, &tampered, true, "Succeeded", steps),
+    );
+    assert!(!v.by_composition);
+    assert!(
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "{v:#?}"
+    );
 }

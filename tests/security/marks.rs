@@ -352,9 +352,24 @@ fn dry_run(set: &PolicySet, steps: &[Value]) -> Option<Value> {
     );
     match d.outcome {
         Outcome::Denied => None,
-        Outcome::Mutated => Some(d.object["spec"].clone()),
+        Outcome::Mutated => Some(as_tekton_stores(&d.object["spec"])),
         Outcome::Admitted => Some(task["spec"].clone()),
     }
+}
+
+/// A Task spec as Tekton's controller stores it in `status.taskSpec`: its variables
+/// substituted (here the step result paths bookend's gates write to).
+fn as_tekton_stores(spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    for step in spec["steps"].as_array_mut().into_iter().flatten() {
+        let name = step["name"].as_str().unwrap_or_default().to_owned();
+        let text = step.to_string().replace(
+            "$(step.results.ok.path)",
+            &format!("/tekton/steps/step-{name}/results/ok"),
+        );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    spec
 }
 
 fn step_state(name: &str, ending: Ending) -> Option<Value> {
