@@ -13,11 +13,11 @@ use crate::kube::poll;
 use crate::runs::{Checks, Env, Finished, step, taskrun};
 use crate::scenarios::{ALWAYS, Ctx};
 
-const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
-const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
+pub const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
+pub const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
 
 /// The mark bookend writes on a finished TaskRun: policy -> verdict.
-fn mark(env: &Env, run: &Finished) -> Value {
+pub fn mark(env: &Env, run: &Finished) -> Value {
     poll(
         &format!("{} marked bookend.dev/verified", run.name()),
         Duration::from_secs(60),
@@ -34,7 +34,7 @@ fn mark(env: &Env, run: &Finished) -> Value {
 }
 
 /// The message of bookend's `reason` Event on the run.
-fn event(env: &Env, run: &Finished, reason: &str) -> String {
+pub fn event(env: &Env, run: &Finished, reason: &str) -> String {
     let uid = run.object["metadata"]["uid"].as_str().unwrap_or_default();
     poll(
         &format!("a {reason} Event on {}", run.name()),
