@@ -304,11 +304,17 @@ pub fn plan(admitted: &Admitted, snapshot: &Snapshot, audit: bool, seconds: i64)
             .map(|e| format!("{}: {}", e.policy, e.steps.join(", ")))
             .collect::<Vec<_>>()
             .join("; ");
+        // A remote Task's steps go in when Tekton's controller resolves it (its dry-run).
+        let when = if record.resolved {
+            "at the Task's resolution, injects"
+        } else {
+            "injected"
+        };
         plan.events.push((
             TaskRunEvent {
                 type_: EventType::Normal,
                 reason: "StepsInjected",
-                note: truncate_note(format!("injected {note}")),
+                note: truncate_note(format!("{when} {note}")),
                 action: "Inject",
             },
             regarding.clone(),
@@ -482,18 +488,43 @@ spec:
 
     #[test]
     fn skipped_policies_get_a_warning_event_with_the_reason() {
-        let s = snapshot();
-        let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {},
+        // A remote Task: the policies whose criteria are all about the namespace go into the
+        // resolved Task (said so); one that selects by the TaskRun's labels is skipped.
+        let loaded = policy_set_from_yaml(
+            "p.yaml",
+            &format!(
+                "{POLICIES}---\napiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: labelled}}\nspec:\n  match: {{selector: {{matchLabels: {{team: a}}}}}}\n  preSteps: [{{name: bookend-labelled, image: alpine}}]\n"
+            ),
+            Settings::default(),
+        );
+        assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+        let s = Snapshot {
+            set: Arc::new(loaded.set),
+            lookup: Arc::new(Catalog::default()),
+        };
+        let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                            "metadata": {"labels": {"team": "a"}},
                             "spec": {"taskRef": {"resolver": "git"}}});
         let plan = plan(&admitted(remote, &s), &s, true, 0);
-        assert_eq!(plan.events.len(), 1, "{:?}", plan.events);
-        let (event, _) = &plan.events[0];
-        assert_eq!(event.type_, EventType::Warning);
-        assert_eq!(event.reason, "PolicySkipped");
-        let note = &event.note;
+        let events: Vec<(&str, &str)> = plan
+            .events
+            .iter()
+            .map(|(e, _)| (e.reason, e.note.as_str()))
+            .collect();
+        assert_eq!(events.len(), 2, "{events:?}");
+        assert_eq!(plan.events[0].0.type_, EventType::Normal);
+        assert_eq!(
+            events[0],
+            (
+                "StepsInjected",
+                "at the Task's resolution, injects ClusterStepPolicy/org: bookend-org, bookend-org-post; ClusterStepPolicy/skips-refs: bookend-skips"
+            )
+        );
+        assert_eq!(plan.events[1].0.type_, EventType::Warning);
+        assert_eq!(events[1].0, "PolicySkipped");
         assert!(
-            note.starts_with("TaskRun uses a remote Task (git resolver); not injected: ClusterStepPolicy/org, ClusterStepPolicy/skips-refs"),
-            "{note}"
+            events[1].1.starts_with("TaskRun uses a remote Task (git resolver); not injected: ClusterStepPolicy/labelled ("),
+            "{events:?}"
         );
         assert_eq!(plan.results[0]["result"], "skip");
 

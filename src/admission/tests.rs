@@ -293,12 +293,40 @@ fn the_backstop_refuses_marks_bookend_did_not_write() {
         m.contains("changed /metadata/labels/bookend.dev~1verify"),
         "{m}"
     );
-    // A TaskRun nothing is injected into at CREATE (its Task comes from a resolver) may not
-    // carry the label either.
+    // A TaskRun whose Task comes from a resolver: the mutation writes only bookend's record
+    // (the steps go in at the resolution) and the label; the backstop admits exactly that,
+    // and refuses a labelled one whose record is the author's.
     let mut remote = taskrun();
     remote["spec"] = json!({"taskRef": {"resolver": "git"}});
-    remote["metadata"]["labels"] = json!({"bookend.dev/verify": "true"});
-    let m = denial_message(&validate(&create(remote)));
+    let patch: json_patch::Patch =
+        serde_json::from_value(decoded_patch(&response(&mutate(&create(remote.clone()))))).unwrap();
+    let mut marked = remote.clone();
+    json_patch::patch(&mut marked, &patch).unwrap();
+    assert_eq!(marked["spec"], remote["spec"]);
+    assert_eq!(marked["metadata"]["labels"]["bookend.dev/verify"], "true");
+    assert_eq!(
+        response(&validate(&create(marked.clone())))["allowed"],
+        true
+    );
+    let mut forged = marked.clone();
+    forged["metadata"]["annotations"]["bookend.dev/injected"] =
+        json!(r#"{"policies":[],"resolved":true}"#);
+    let m = denial_message(&validate(&create(forged)));
+    assert!(
+        m.contains("changed /metadata/annotations/bookend.dev~1injected"),
+        "{m}"
+    );
+    // A TaskRun nothing is injected into may not carry the label: here a remote one in a
+    // namespace no policy reaches.
+    let mut elsewhere = remote.clone();
+    elsewhere["metadata"]["labels"] = json!({"bookend.dev/verify": "true"});
+    let none = PolicySet::default();
+    let m = denial_message(&review(
+        Endpoint::Validate,
+        &create(elsewhere),
+        &none,
+        &Catalog::default(),
+    ));
     assert!(
         m.contains("unexpected /metadata/labels/bookend.dev~1verify"),
         "{m}"

@@ -14,6 +14,9 @@ pub(super) enum Admitted {
     Injected(Injection),
     /// A whole new TaskRun (a referenced Task was inlined).
     Rewritten(Value),
+    /// Only bookend's record and verification label, nothing in `spec`: the TaskRun's Task
+    /// comes from a resolver, and its steps are injected at the controller's dry-run.
+    Marked(Injection),
 }
 
 impl Admitted {
@@ -22,7 +25,7 @@ impl Admitted {
     /// and fuzz target).
     pub(super) fn into_patch_and_object(self, original: &Value) -> (Vec<Operation>, Value) {
         match self {
-            Self::Injected(injection) => {
+            Self::Injected(injection) | Self::Marked(injection) => {
                 let object = injection.clone().apply(original.clone());
                 (injection.patch(original, Shape::Fewest), object)
             }
@@ -35,7 +38,7 @@ impl Admitted {
     /// Task that nothing is injected into keeps the author's metadata otherwise).
     pub(super) fn without_foreign_marks(self) -> Self {
         match self {
-            Self::Injected(injection) => Self::Injected(injection),
+            Self::Injected(_) | Self::Marked(_) => self,
             Self::Rewritten(mut object) => {
                 let recorded = object
                     .pointer("/metadata/annotations")
@@ -58,7 +61,7 @@ impl Admitted {
     /// `into_patch_and_object` gives for the same `shape`.
     pub(super) fn into_patch(self, original: &Value, shape: Shape) -> Vec<Operation> {
         match self {
-            Self::Injected(injection) => injection.patch(original, shape),
+            Self::Injected(injection) | Self::Marked(injection) => injection.patch(original, shape),
             Self::Rewritten(object) => patch::diff_owned(original, object),
         }
     }

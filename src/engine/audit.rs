@@ -6,7 +6,7 @@
 use super::plan::{as_authored, plan};
 use super::{Lookup, Request, SubjectFacts};
 use crate::policy::{Mode, Policy, PolicySet};
-use crate::tekton::TaskRunView;
+use crate::tekton::{TaskRunView, TaskSource};
 
 /// The three results.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,6 +70,10 @@ pub fn audit(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Vec<
         object: authored.as_ref(),
         api_version: view.api_version,
     };
+    let remote = match view.task_source() {
+        TaskSource::RemoteRef { resolver } => Some(resolver),
+        _ => None,
+    };
     let position = |p: &&Policy| set.policies().iter().position(|q| q.id == p.id);
     audit
         .iter()
@@ -87,6 +91,16 @@ pub fn audit(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup) -> Vec<
             let (outcome, message) = match (&would.outcome, skipped) {
                 (Err(denial), _) => (AuditOutcome::WouldDeny, denial.message.clone()),
                 (Ok(_), Some(warning)) => (AuditOutcome::Skipped, warning.clone()),
+                // Enforced, it would inject only into the resolved Task, which nobody has yet:
+                // nothing to judge at CREATE.
+                (Ok(_), None) if remote.is_some() => (
+                    AuditOutcome::Skipped,
+                    format!(
+                        "bookend: TaskRun uses a remote Task ({} resolver); {id} would inject {} into the resolved Task at Tekton's controller's dry-run, which is not known at CREATE",
+                        remote.as_deref().unwrap_or_default(),
+                        steps.join(", ")
+                    ),
+                ),
                 (Ok(_), None) => (
                     AuditOutcome::WouldInject,
                     format!("would inject {}", steps.join(", ")),
@@ -193,15 +207,45 @@ spec:
 
     #[test]
     fn remote_tasks_are_skipped_with_the_reason() {
-        let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
+        // Enforced, a policy whose criteria are all about the namespace would inject into the
+        // resolved Task (at the controller's dry-run), unknown at CREATE; one that selects by
+        // the TaskRun's labels would skip it.
+        let mut object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
                             "spec": {"taskRef": {"resolver": "git"}}});
-        let f = findings(object);
+        let f = findings(object.clone());
         assert_eq!(f.len(), 2);
         assert!(
             f.iter().all(|f| f.outcome == AuditOutcome::Skipped),
             "{f:?}"
         );
-        assert!(f[0].message.contains("remote Task"), "{}", f[0].message);
+        assert!(
+            f[0].message.contains("remote Task (git resolver)")
+                && f[0].message.contains("into the resolved Task"),
+            "{}",
+            f[0].message
+        );
+        object["metadata"]["labels"] = json!({"team": "a"});
+        let loaded = policy_set_from_yaml(
+            "p.yaml",
+            &POLICIES.replace(
+                "  mode: Audit\n  postSteps: [{name: bookend-report",
+                "  mode: Audit\n  match: {selector: {matchLabels: {team: a}}}\n  postSteps: [{name: bookend-report",
+            ),
+            Settings::default(),
+        );
+        assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+        let f = audit(
+            Request {
+                object: &object,
+                namespace: "team-a",
+                dry_run: false,
+            },
+            &loaded.set,
+            &Catalog::default(),
+        );
+        assert_eq!(f[1].policy, "ClusterStepPolicy/org-report");
+        assert_eq!(f[1].outcome, AuditOutcome::Skipped, "{f:?}");
+        assert!(f[1].message.contains("remote Task"), "{}", f[1].message);
         assert!(findings(json!({"kind": "Pod"})).is_empty());
     }
 

@@ -311,6 +311,8 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
     // What the policies change, or else only the marks of bookend's the author wrote: the
     // record, the verification label and the verified mark are bookend's alone.
     let (admitted, marks_only) = match enforced {
+        // A remote Task's steps are injected at the controller's dry-run, not here.
+        Some(admitted @ admitted::Admitted::Marked(_)) => (admitted, true),
         Some(admitted) => (admitted.without_foreign_marks(), false),
         None => match admitted::Injection::foreign_marks_dropped(request.object) {
             Some(injection) => (admitted::Admitted::Injected(injection), true),

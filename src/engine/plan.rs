@@ -13,7 +13,7 @@ use super::canonical::equivalent;
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::recognise::recognise;
-use super::record::{self, INLINED_ANNOTATION, Record, RecordEntry};
+use super::record::{self, INLINED_ANNOTATION, Record};
 use super::{Denial, check, hermetic, isolate};
 use crate::policy::{Policy, PolicySet, RemoteTaskRefPolicy, Support, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
@@ -127,24 +127,45 @@ fn plan_source(
             }
             // The namespace-level policies inject into the resolved Task at the controller's
             // dry-run: the TaskRun's own fields must leave those steps alone too.
-            if applied.iter().any(|p| p.namespace_level_only()) {
+            let injecting: Vec<&Policy> = applied
+                .iter()
+                .copied()
+                .filter(|p| p.namespace_level_only())
+                .collect();
+            if !injecting.is_empty() {
                 isolate::check_run_fields(view, set.settings(), lookup)?;
                 if let Some(spec) = view.spec() {
-                    let injecting: Vec<&Policy> = applied
-                        .iter()
-                        .copied()
-                        .filter(|p| p.namespace_level_only())
-                        .collect();
                     isolate::check_param_values(spec, None, &injecting)?;
                 }
             }
-            if !applied.is_empty() {
+            let skipped: Vec<&Policy> = applied
+                .iter()
+                .copied()
+                .filter(|p| !p.namespace_level_only())
+                .collect();
+            if !skipped.is_empty() {
                 warnings.push(format!(
-                    "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip)",
-                    ids(applied)
+                    "bookend: TaskRun uses a remote Task ({resolver} resolver); not injected: {} (remoteTaskRef: Skip; its criteria read the TaskRun, which the resolved Task does not carry)",
+                    ids(&skipped)
                 ));
             }
-            Ok(None)
+            // Those same policies (their criteria read only the namespace, as the dry-run's
+            // do) are recorded now, with the verification label: Tekton's controller keeps the
+            // resolved Task's own metadata, so a record written at the dry-run never reaches
+            // the TaskRun. Verification reads what ran from `status.taskSpec`.
+            Ok((!injecting.is_empty()).then(|| {
+                Admitted::Marked(Injection {
+                    task_spec_members: BTreeMap::new(),
+                    record: Some(
+                        Record {
+                            policies: injecting.iter().map(|p| Record::entry_of(p)).collect(),
+                            resolved: true,
+                            ..Record::default()
+                        }
+                        .to_json(),
+                    ),
+                })
+            }))
         }
         TaskSource::Both => match applied.first() {
             Some(p) => Err(Denial::policy(
@@ -526,18 +547,10 @@ pub(super) fn seal(
         task_spec_members.insert("stepTemplate".to_owned(), None);
     }
     let record = Record {
-        policies: applied
-            .iter()
-            .map(|p| RecordEntry {
-                policy: p.id.to_string(),
-                hash: p.hash.clone(),
-                steps: p.step_names().map(str::to_owned).collect(),
-                volumes: p.spec.volumes.iter().map(|v| v.name.clone()).collect(),
-                results: p.spec.results.iter().map(|r| r.name.clone()).collect(),
-            })
-            .collect(),
+        policies: applied.iter().map(|p| Record::entry_of(p)).collect(),
         helpers: composed.helpers,
         continued: composed.continued,
+        resolved: false,
     };
     Ok(Some(Injection {
         task_spec_members,

@@ -66,6 +66,20 @@ pub fn recognise(
     params: &ParamValues<'_>,
     hint: Option<&Record>,
 ) -> Result<Recognised, Denial> {
+    recognise_as_run(steps, applied, settings, version, params, hint, &|_| {})
+}
+
+/// [`recognise`] of steps as Tekton's controller ran them: `as_run` turns each composition into
+/// that form (the variables Tekton substituted) before it is compared with `steps`.
+pub fn recognise_as_run(
+    steps: &[Value],
+    applied: &[&Policy],
+    settings: &Settings,
+    version: ApiVersion,
+    params: &ParamValues<'_>,
+    hint: Option<&Record>,
+    as_run: &dyn Fn(&mut [Value]),
+) -> Result<Recognised, Denial> {
     let prefix = settings.prefix.as_str();
     let reserved = |s: &Value| tekton::step_name(s).is_some_and(|n| n.starts_with(prefix));
     if !steps.iter().any(reserved) {
@@ -106,7 +120,8 @@ pub fn recognise(
     let mut closest: Option<(Mismatch, Composed)> = None;
     for reading in &readings {
         let user = undo(steps, settings, reading);
-        let composed = inject::compose(user.clone(), applied, settings, version, params);
+        let mut composed = inject::compose(user.clone(), applied, settings, version, params);
+        as_run(&mut composed.steps);
         match first_difference(steps, &composed, settings) {
             None => {
                 let in_place = steps.len() == composed.steps.len()

@@ -30,6 +30,13 @@ pub struct Record {
     pub helpers: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub continued: Vec<String>,
+    /// The TaskRun's Task comes from a resolver: the policies' steps are injected into the
+    /// resolved Task at Tekton's controller's dry-run, after this record was written at the
+    /// TaskRun's CREATE (so it lists no helpers and no continued steps). Wording only: what
+    /// ran is read from `status.taskSpec`, and which steps are the org's is decided by
+    /// composing again, never by this flag.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub resolved: bool,
 }
 
 /// One applied policy.
@@ -68,6 +75,17 @@ impl Record {
             .any(|e| e.volumes.iter().any(|v| v == name))
     }
 
+    /// The entry bookend records for a policy it injects (or will inject at resolution).
+    pub fn entry_of(policy: &crate::policy::Policy) -> RecordEntry {
+        RecordEntry {
+            policy: policy.id.to_string(),
+            hash: policy.hash.clone(),
+            steps: policy.step_names().map(str::to_owned).collect(),
+            volumes: policy.spec.volumes.iter().map(|v| v.name.clone()).collect(),
+            results: policy.spec.results.iter().map(|r| r.name.clone()).collect(),
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         self.policies.is_empty() && self.helpers.is_empty()
     }
@@ -89,6 +107,7 @@ mod tests {
             }],
             helpers: vec!["bookend-verdict".into()],
             continued: vec!["build".into(), "#1".into()],
+            resolved: false,
         };
         let text = r.to_json();
         assert_eq!(

@@ -25,7 +25,7 @@ use serde_json::Value;
 use super::SubjectFacts;
 use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
-use super::recognise::recognise;
+use super::recognise::recognise_as_run;
 use super::record::{self, Record};
 use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Verdict};
 use crate::tekton::{self, ApiVersion, TaskRunView};
@@ -412,11 +412,13 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let settings = set.settings();
     let prefix = settings.prefix.as_str();
 
-    // The steps as the TaskRun carries them: inline, or as the controller resolved them.
-    let task_spec = view
-        .task_spec()
-        .filter(|t| t.get("steps").is_some())
-        .or_else(|| taskrun.pointer("/status/taskSpec"));
+    // The steps as the TaskRun carries them: inline, or as the controller resolved them (a
+    // remote Task: `status.taskSpec`, which only Tekton's controller writes, through the
+    // `taskruns/status` subresource). Its content is the resolver's Task, which the author may
+    // control, so there only composing again says which steps are the org's, never a name.
+    let inline = view.task_spec().filter(|t| t.get("steps").is_some());
+    let from_status = inline.is_none();
+    let task_spec = inline.or_else(|| taskrun.pointer("/status/taskSpec"));
     let empty = Value::Null;
     let task_spec = task_spec.unwrap_or(&empty);
     let steps: &[Value] = task_spec
@@ -476,12 +478,21 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     });
 
     // Who owns each step: by composing again when every policy is as it was at admission.
+    // A resolved Task is composed again in any case (its steps were injected at its
+    // resolution, after the record: the current policies may be the ones that injected), and
+    // when that fails none of its steps is the org's: a step named like one could be the
+    // author's own (the dry-run mutation skipped, the Pod backstop in warn mode).
     let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
-    let composed = (covered.iter().all(|c| c.drift.is_none()) && !current.is_empty())
-        .then(|| compose_owners(steps, task_spec, &view, &current, set))
-        .flatten();
+    let composed = ((from_status || covered.iter().all(|c| c.drift.is_none()))
+        && !current.is_empty())
+    .then(|| compose_owners(steps, task_spec, &view, &current, set, from_status))
+    .flatten();
     let by_composition = composed.is_some();
-    let owners = composed.unwrap_or_else(|| name_owners(steps, &covered, settings));
+    let owners = match composed {
+        Some(owners) => owners,
+        None if from_status => vec![Owner::User; steps.len()],
+        None => name_owners(steps, &covered, settings),
+    };
 
     // Each step's state, by name (Tekton reports `status.steps[].name` as the step's name).
     let reported: BTreeMap<&str, &Value> = taskrun
@@ -581,11 +592,32 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                     problems.push(problem);
                 }
             }
-            // A recorded step the TaskRun does not carry was removed after admission.
-            for missing in cover.steps.iter().filter(|s| !names.contains(s)) {
+            // A recorded step the TaskRun does not carry as the org's: removed after admission,
+            // or, from a resolved Task, not injected at its resolution (or never resolved).
+            for missing in cover
+                .steps
+                .iter()
+                .filter(|s| !runs.iter().any(|r| &r.name == *s))
+            {
+                let why = if steps.is_empty() && from_status {
+                    format!(
+                        "its Task was never resolved into steps: {}",
+                        stop.cause_before(0)
+                    )
+                } else if names.contains(missing) {
+                    "the TaskRun carries a step of that name that is not the policy's (its Task's \
+                     own, so not evidence)"
+                        .to_owned()
+                } else if from_status {
+                    "the Task that ran (status.taskSpec) does not carry it: it was not injected \
+                     when the Task was resolved"
+                        .to_owned()
+                } else {
+                    "the TaskRun does not carry it".to_owned()
+                };
                 problems.push((
                     Cause::DidNotRun,
-                    format!("org step {missing} did not run: the TaskRun does not carry it"),
+                    format!("org step {missing} did not run: {why}"),
                 ));
             }
             PolicyRun {
@@ -616,8 +648,12 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let created = taskrun
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str);
+    // A resolved Task gets only the policies whose criteria are all about the namespace (the
+    // others the TaskRun's admission skipped or refused, by their remoteTaskRef).
+    let remote = matches!(view.task_source(), tekton::TaskSource::RemoteRef { .. });
     for policy in set.candidates(&subject) {
         if policy.spec.mode != Mode::Enforce
+            || (remote && !policy.namespace_level_only())
             || !policy.matches(&subject)
             || covered.iter().any(|c| c.id == policy.id.to_string())
         {
@@ -648,13 +684,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
 }
 
 /// Owners by composing again, as admission does; `None` when the composition does not give
-/// back the TaskRun's steps in place.
+/// back the TaskRun's steps in place. A resolved Task (`resolved`) was composed at the
+/// controller's dry-run, which knows none of the TaskRun's param values: only the Task's
+/// defaults, as here.
 fn compose_owners(
     steps: &[Value],
     task_spec: &Value,
     view: &TaskRunView<'_>,
     applied: &[&Policy],
     set: &PolicySet,
+    resolved: bool,
 ) -> Option<Vec<Owner>> {
     let params_of = |holder: Option<&Value>| -> Vec<Value> {
         holder
@@ -663,7 +702,12 @@ fn compose_owners(
             .cloned()
             .unwrap_or_default()
     };
-    let (run_params, spec_params) = (params_of(view.spec()), params_of(Some(task_spec)));
+    let run_params = if resolved {
+        Vec::new()
+    } else {
+        params_of(view.spec())
+    };
+    let spec_params = params_of(Some(task_spec));
     let params = ParamValues {
         run_params: &run_params,
         spec_params: &spec_params,
@@ -671,7 +715,22 @@ fn compose_owners(
     let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let version = ApiVersion::V1;
     let settings = set.settings();
-    let recognised = recognise(steps, applied, settings, version, &params, hint.as_ref()).ok()?;
+    let substitutions = resolved.then(|| Substitutions::of(view, task_spec));
+    let as_run = |composed: &mut [Value]| {
+        if let Some(substitutions) = &substitutions {
+            substitutions.apply(composed);
+        }
+    };
+    let recognised = recognise_as_run(
+        steps,
+        applied,
+        settings,
+        version,
+        &params,
+        hint.as_ref(),
+        &as_run,
+    )
+    .ok()?;
     if !recognised.in_place {
         return None;
     }
@@ -691,6 +750,118 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// `status.taskSpec` is the spec after Tekton's controller substituted its variables
+/// (`applyParamsContextsResultsAndWorkspaces` in Tekton's `pkg/reconciler/taskrun/taskrun.go`),
+/// so what bookend composes again is substituted the same way before it is compared: a step is
+/// the org's only if Tekton's substitution of bookend's step gives exactly what ran. Handled:
+/// `$(context.taskRun.{name,namespace,uid})`, string `$(params.<p>)` (the TaskRun's value, else
+/// the Task's default), `$(results.<r>.path)`, `$(step.results.<r>.path)` and
+/// `$(steps.<s>.exitCode.path)`. A step with another variable Tekton substitutes does not match
+/// (a `fail`, never a pass).
+struct Substitutions {
+    /// `$(key)` -> value, for every step.
+    shared: Vec<(String, String)>,
+}
+
+impl Substitutions {
+    fn of(view: &TaskRunView<'_>, task_spec: &Value) -> Self {
+        let text = |v: Option<&Value>| v.and_then(Value::as_str).map(str::to_owned);
+        let mut shared = Vec::new();
+        for key in ["name", "namespace", "uid"] {
+            if let Some(value) = text(view.object.pointer(&format!("/metadata/{key}"))) {
+                shared.push((format!("$(context.taskRun.{key})"), value));
+            }
+        }
+        let run_params = view
+            .spec()
+            .and_then(|s| s.get("params"))
+            .and_then(Value::as_array);
+        for param in task_spec
+            .get("params")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let Some(name) = text(param.get("name")) else {
+                continue;
+            };
+            let given = run_params
+                .into_iter()
+                .flatten()
+                .find(|p| p.get("name").and_then(Value::as_str) == Some(name.as_str()))
+                .and_then(|p| p.get("value"));
+            if let Some(value) = text(given.or_else(|| param.get("default"))) {
+                shared.push((format!("$(params.{name})"), value));
+            }
+        }
+        for result in task_spec
+            .get("results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(name) = text(result.get("name")) {
+                shared.push((
+                    format!("$(results.{name}.path)"),
+                    format!("/tekton/results/{name}"),
+                ));
+            }
+        }
+        Self { shared }
+    }
+
+    fn apply(&self, steps: &mut [Value]) {
+        let names: Vec<String> = steps
+            .iter()
+            .filter_map(|s| tekton::step_name(s).map(str::to_owned))
+            .collect();
+        let mut exit_codes: Vec<(String, String)> = names
+            .iter()
+            .map(|s| {
+                (
+                    format!("$(steps.{s}.exitCode.path)"),
+                    format!("/tekton/steps/step-{s}/exitCode"),
+                )
+            })
+            .collect();
+        exit_codes.extend(self.shared.iter().cloned());
+        for step in steps.iter_mut() {
+            let mut pairs = exit_codes.clone();
+            if let Some(s) = tekton::step_name(step).map(str::to_owned) {
+                for result in step
+                    .get("results")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    if let Some(r) = result.get("name").and_then(Value::as_str) {
+                        pairs.push((
+                            format!("$(step.results.{r}.path)"),
+                            format!("/tekton/steps/step-{s}/results/{r}"),
+                        ));
+                    }
+                }
+            }
+            replace_in_strings(step, &pairs);
+        }
+    }
+}
+
+fn replace_in_strings(value: &mut Value, pairs: &[(String, String)]) {
+    match value {
+        Value::String(text) if text.contains("$(") => {
+            for (variable, substituted) in pairs {
+                if text.contains(variable.as_str()) {
+                    *text = text.replace(variable.as_str(), substituted);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(|v| replace_in_strings(v, pairs)),
+        Value::Object(map) => map.values_mut().for_each(|v| replace_in_strings(v, pairs)),
+        _ => {}
+    }
 }
 
 /// Owners by the record's step names (a policy drifted, so composing again cannot tell): a

@@ -674,3 +674,291 @@ fn without_continue_a_jail_failure_looks_like_exit_1_and_is_not_claimed() {
     let jail = policy(&v, "ClusterStepPolicy/jail");
     assert_eq!(jail.verdict, RunVerdict::Pass, "{jail:#?}");
 }
+
+
+/// A TaskRun whose Task comes from a resolver, as admission marks it (record and label, no
+/// steps), and the resolved Task's spec as Tekton's controller's dry-run returns it with the
+/// policies' steps around `build`.
+fn remote(set: &PolicySet) -> (Value, Value) {
+    let d = run(
+        set,
+        &json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"generateName": "run-", "namespace": "team-a"},
+                "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}}),
+    );
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"},
+                      "spec": {"steps": [{"name": "build", "image": "go"}]}});
+    let resolved = crate::engine::decide_resolved_task(
+        crate::engine::Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        set,
+        &Catalog::default(),
+    );
+    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
+    (object, as_tekton_stores(&resolved.object["spec"]))
+}
+
+/// A Task spec as Tekton's controller stores it in `status.taskSpec`: with the step result
+/// paths substituted (the only variables bookend's helpers carry).
+fn as_tekton_stores(spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    for step in spec["steps"].as_array_mut().unwrap() {
+        let name = step["name"].as_str().unwrap().to_owned();
+        let text = step.to_string().replace(
+            "$(step.results.ok.path)",
+            &format!("/tekton/steps/step-{name}/results/ok"),
+        );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    spec
+}
+
+/// `object` finished, with `task_spec` as the Task that ran (`status.taskSpec`).
+fn finish_remote(
+    object: Value,
+    task_spec: &Value,
+    succeeded: bool,
+    reason: &str,
+    steps: Vec<Value>,
+) -> Value {
+    let mut object = finish(object, succeeded, reason, steps);
+    object["status"]["taskSpec"] = task_spec.clone();
+    object
+}
+
+fn step_names(task_spec: &Value) -> Vec<String> {
+    task_spec["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[test]
+fn a_remote_taskrun_is_verified_from_the_task_that_ran() {
+    let set = policies(POLICIES);
+    let (object, task_spec) = remote(&set);
+    assert!(
+        object["spec"]["taskSpec"].is_null(),
+        "no steps at CREATE: {object}"
+    );
+    assert_eq!(
+        object["metadata"]["labels"][record::LABEL],
+        record::LABEL_VALUE
+    );
+    let names = step_names(&task_spec);
+    assert_eq!(
+        names,
+        [
+            "bookend-setup",
+            "bookend-gate-1",
+            "build",
+            "bookend-gate-2",
+            "bookend-notify",
+            "bookend-sbom-upload",
+            "bookend-verdict"
+        ]
+    );
+    // Everything completed: a pass for both, by composing again.
+    let steps = names.iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object.clone(), &task_spec, true, "Succeeded", steps),
+    );
+    assert!(v.by_composition, "{v:#?}");
+    for p in &v.policies {
+        assert_eq!(p.verdict, RunVerdict::Pass, "{p:#?}");
+    }
+    assert_eq!(v.policies.len(), 2);
+
+    // The user step timed out: the Always post-step did not run, a fail naming the step; the
+    // OnSuccess one was rightly not run.
+    let steps = names
+        .iter()
+        .map(|n| match n.as_str() {
+            "bookend-setup" | "bookend-gate-1" => completed(n),
+            "build" => state(n, 1, "Error", "TimeoutExceeded", 5),
+            _ => skipped(n),
+        })
+        .collect();
+    let v = verified(
+        &set,
+        &finish_remote(object, &task_spec, false, "Failed", steps),
+    );
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "org post-step bookend-sbom-upload did not run: step build timed out"
+    );
+    assert_eq!(
+        outcome_of(sbom, "bookend-sbom-upload"),
+        StepOutcome::Skipped
+    );
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/notify").verdict,
+        RunVerdict::Pass
+    );
+}
+
+/// The dry-run mutation did not happen (bookend unreachable then, its failurePolicy is
+/// Ignore) and the Pod backstop did not stop the Pod (warn mode): the Task that ran is the
+/// author's. Steps named like the org's in it are not the org's, and a record the author
+/// cannot write says what should have been there.
+#[test]
+fn a_remote_task_without_the_org_steps_fails_whatever_its_steps_are_named() {
+    let set = policies(POLICIES);
+    let (object, _) = remote(&set);
+    // The author's Task, unmutated.
+    let bare = json!({"steps": [{"name": "build", "image": "go"}]});
+    let v = verified(
+        &set,
+        &finish_remote(
+            object.clone(),
+            &bare,
+            true,
+            "Succeeded",
+            vec![completed("build")],
+        ),
+    );
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert!(
+        fail_reason(sbom).contains(
+            "org step bookend-setup did not run: the Task that ran (status.taskSpec) does not carry it"
+        ),
+        "{sbom:#?}"
+    );
+    assert!(matches!(
+        policy(&v, "ClusterStepPolicy/notify").verdict,
+        RunVerdict::Fail(_)
+    ));
+    // The author's Task with look-alikes of every org step, all "completed".
+    let fake = |name: &str| json!({"name": name, "image": "busybox", "script": "exit 0"});
+    let forged = json!({"steps": [fake("bookend-setup"), {"name": "build", "image": "go"},
+                                  fake("bookend-notify"), fake("bookend-sbom-upload")]});
+    let steps = step_names(&forged).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object, &forged, true, "Succeeded", steps),
+    );
+    assert!(!v.by_composition);
+    for p in &v.policies {
+        let reason = fail_reason(p);
+        assert!(
+            reason.contains("carries a step of that name that is not the policy's"),
+            "{reason}"
+        );
+        assert!(p.steps.is_empty(), "no step is the org's: {p:#?}");
+    }
+}
+
+#[test]
+fn a_remote_task_never_resolved_fails_with_the_taskruns_reason() {
+    let set = policies(POLICIES);
+    let (object, _) = remote(&set);
+    let mut object = finish(object, false, "TaskRunResolutionFailed", vec![]);
+    object["status"]["conditions"][0]["message"] = json!("error requesting remote resource");
+    let v = verified(&set, &object);
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert!(
+        fail_reason(sbom).starts_with(
+            "org step bookend-setup did not run: its Task was never resolved into steps: the TaskRun ended with TaskRunResolutionFailed: error requesting remote resource"
+        ),
+        "{sbom:#?}"
+    );
+    assert_eq!(sbom.cause, Some(Cause::DidNotRun));
+}
+
+/// Policies that select by the TaskRun's labels never reach a resolved Task (the TaskRun's
+/// admission skipped or refused them by their remoteTaskRef): not a verdict of their own.
+/// A policy changed between the TaskRun's CREATE and its resolution injected its new steps:
+/// composing again with it finds them (drift reported, verdict from what ran).
+#[test]
+fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
+    let labelled = format!(
+        "{POLICIES}---\napiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: labelled}}\nspec:\n  match: {{selector: {{matchLabels: {{team: a}}}}}}\n  preSteps: [{{name: bookend-labelled, image: alpine}}]\n"
+    );
+    let set = policies(&labelled);
+    let (mut object, task_spec) = remote(&set);
+    object["metadata"]["labels"]["team"] = json!("a");
+    let steps = step_names(&task_spec)
+        .iter()
+        .map(|n| completed(n))
+        .collect();
+    let v = verified(
+        &set,
+        &finish_remote(object.clone(), &task_spec, true, "Succeeded", steps),
+    );
+    assert_eq!(
+        v.policies
+            .iter()
+            .map(|p| p.policy.as_str())
+            .collect::<Vec<_>>(),
+        ["ClusterStepPolicy/sbom", "ClusterStepPolicy/notify"],
+        "{v:#?}"
+    );
+    // notify's spec changes after the TaskRun's CREATE, before its resolution.
+    let changed = policies(&labelled.replace(
+        "postSteps: [{name: bookend-notify, image: alpine}]",
+        "postSteps: [{name: bookend-notify, image: alpine:3}]",
+    ));
+    let (_, new_spec) = remote(&changed);
+    let steps = step_names(&new_spec).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &changed,
+        &finish_remote(object, &new_spec, true, "Succeeded", steps),
+    );
+    let notify = policy(&v, "ClusterStepPolicy/notify");
+    assert_eq!(notify.verdict, RunVerdict::Pass, "{notify:#?}");
+    assert_eq!(notify.drift.as_ref().map(Drift::as_str), Some("changed"));
+    assert!(v.by_composition);
+}
+
+/// Tekton's controller stores `status.taskSpec` after substituting its variables: bookend's
+/// gates carry their result paths there. Composing again finds them, and only them.
+#[test]
+fn a_resolved_task_is_recognised_after_tektons_substitution() {
+    let set = policies(POLICIES);
+    let (object, ran) = remote(&set);
+    assert!(
+        ran.to_string()
+            .contains("/tekton/steps/step-bookend-gate-1/results/ok"),
+        "{ran}"
+    );
+    let steps = step_names(&ran).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object.clone(), &ran, true, "Succeeded", steps),
+    );
+    assert!(v.by_composition, "{v:#?}");
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "{v:#?}"
+    );
+    // A gate whose result goes elsewhere is not bookend's: nothing is the org's.
+    let mut tampered = ran.clone();
+    let gate = &mut tampered["steps"][1];
+    assert_eq!(gate["name"], "bookend-gate-1");
+    let text = gate
+        .to_string()
+        .replace("/tekton/steps/step-bookend-gate-1/results/ok", "/dev/null");
+    *gate = serde_json::from_str(&text).unwrap();
+    let steps = step_names(&tampered).iter().map(|n| completed(n)).collect();
+    let v = verified(
+        &set,
+        &finish_remote(object, &tampered, true, "Succeeded", steps),
+    );
+    assert!(!v.by_composition);
+    assert!(
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "{v:#?}"
+    );
+}

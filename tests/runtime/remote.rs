@@ -3,7 +3,9 @@
 //! it injects when the controller dry-run-creates the resolved Task
 //! (`tasks-dryrun.mutate.bookend.dev`), and its Pod backstop (`pods.validate.bookend.dev`)
 //! refuses the TaskRun's Pod when that did not happen (docs/install.md, "Remote Tasks" and
-//! "The Pod backstop").
+//! "The Pod backstop"). After the run bookend verifies such a TaskRun from the Task that ran
+//! (`status.taskSpec`): its admission wrote the record and label at CREATE
+//! (docs/operations.md, "After the run: did the org steps run?").
 
 use std::time::Duration;
 
@@ -14,7 +16,8 @@ use crate::node::CONTROLLER_SA;
 use crate::runs::{
     Checks, Env, Finished, TRACE, assert_condition, assert_steps, assert_trace, step,
 };
-use crate::scenarios::Ctx;
+use crate::scenarios::{ALWAYS, Ctx};
+use crate::verification::{ALWAYS_POLICY, NOTIFY_POLICY, event, mark};
 
 /// Where the shared Task lives; the cluster resolver may read only this namespace.
 pub const CATALOG: &str = "rt-catalog";
@@ -54,16 +57,35 @@ fn task() -> Value {
     })
 }
 
+/// A Task in the catalog namespace whose `build` step times out (its own `timeout`).
+const SLOW_TASK: &str = "rt-remote-slow";
+
+fn slow_task() -> Value {
+    let mut build = step("build", "sleep 60");
+    build["timeout"] = json!("1s");
+    json!({
+        "apiVersion": "tekton.dev/v1",
+        "kind": "Task",
+        "metadata": {"name": SLOW_TASK, "namespace": CATALOG},
+        "spec": {"steps": [build, step("test", "")]},
+    })
+}
+
 /// A TaskRun in the covered namespace that runs the catalog's Task through the cluster resolver.
 fn remote_taskrun(name: &str) -> Value {
+    remote_taskrun_of(REMOTE, name, TASK)
+}
+
+/// A TaskRun in `namespace` that runs the catalog's Task `task` through the cluster resolver.
+fn remote_taskrun_of(namespace: &str, name: &str, task: &str) -> Value {
     json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "TaskRun",
-        "metadata": {"generateName": format!("{name}-"), "namespace": REMOTE,
+        "metadata": {"generateName": format!("{name}-"), "namespace": namespace,
                      "labels": {LABEL: "true"}},
         "spec": {"taskRef": {"resolver": "cluster", "params": [
             {"name": "kind", "value": "task"},
-            {"name": "name", "value": TASK},
+            {"name": "name", "value": task},
             {"name": "namespace", "value": CATALOG},
         ]}},
     })
@@ -104,9 +126,10 @@ fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
         .collect()
 }
 
-/// Creates the catalog's Task (or leaves it as it is).
+/// Creates the catalog's Tasks (or leaves them as they are).
 fn ensure_task(env: &Env) {
     env.kubectl.apply(&task());
+    env.kubectl.apply(&slow_task());
 }
 
 pub fn scenario_remote(ctx: &mut Ctx) -> String {
@@ -122,15 +145,36 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
         object,
         took: Duration::ZERO,
     };
+    // Under rt-always (Always) and rt-notify (OnSuccess), both namespace-level: a remote Task
+    // whose user step times out, so the Always post-step cannot run.
+    // This Tekton's defaults refuse an Always policy's steps (`when`): bookend denies the
+    // TaskRun there (scenario 21 checks that), so the case runs where Always runs.
+    let slow = (!ctx.always_degraded)
+        .then(|| env.run_one(&remote_taskrun_of(ALWAYS, "remote-slow", SLOW_TASK)));
     let (s, r, m) = ("True", "Succeeded", "All Steps have completed executing");
     let mut checks = Checks::default();
-    checks.check("admitted as written", || {
+    checks.check("admitted with bookend's record and label only", || {
         assert!(
             created["spec"]["taskSpec"].is_null(),
             "a remote TaskRun gets no steps at CREATE: {}",
             created["spec"]
         );
         assert_eq!(created["spec"]["taskRef"]["resolver"], "cluster");
+        assert_eq!(created["metadata"]["labels"]["bookend.dev/verify"], "true");
+        let record: Value = serde_json::from_str(
+            created["metadata"]["annotations"]["bookend.dev/injected"]
+                .as_str()
+                .unwrap_or_default(),
+        )
+        .expect("bookend's record");
+        assert_eq!(record["resolved"], true, "{record}");
+        let recorded: Vec<&Value> = record["policies"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| &p["policy"])
+            .collect();
+        assert_eq!(recorded, ["ClusterStepPolicy/rt-remote"], "{record}");
     });
     checks.check("the resolved Task ran inside the policy's steps", || {
         assert_condition(env, &run, s, r, m);
@@ -179,11 +223,54 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
             "bookend's reviews of {pod_name}"
         );
     });
+    checks.check("verified after the run: pass", || {
+        // The label-selected policy never reaches a resolved Task: no verdict of its own.
+        assert_eq!(
+            mark(env, &run),
+            json!({"ClusterStepPolicy/rt-remote": "pass"})
+        );
+        let ran = event(env, &run, "OrgStepsRan");
+        assert!(ran.contains("bookend-remote-post"), "{ran}");
+    });
+    if let Some(slow) = &slow {
+        checks.check(
+            "verified after the run: a user step timeout under an Always policy fails",
+            || {
+                assert_eq!(slow.condition().0, "False");
+                let why = event(env, slow, "OrgStepsDidNotRun");
+                let status = || {
+                    format!(
+                        "{why}\nstatus.taskSpec: {}\nstatus.steps: {}",
+                        slow.object["status"]["taskSpec"],
+                        serde_json::to_string_pretty(&slow.object["status"]["steps"]).unwrap()
+                    )
+                };
+                // The OnSuccess policy's post-step was rightly not run after the failure.
+                assert_eq!(
+                    mark(env, slow),
+                    json!({ALWAYS_POLICY: "fail", NOTIFY_POLICY: "pass"}),
+                    "{}",
+                    status()
+                );
+                assert!(
+                    why.contains(
+                        "ClusterStepPolicy/rt-always: org post-step bookend-report did not run: step build timed out"
+                    ),
+                    "{}",
+                    status()
+                );
+            },
+        );
+    }
     checks.finish();
+    let slow = slow.map_or_else(
+        || "an Always policy's TaskRun: not on this Tekton's defaults".to_owned(),
+        |slow| format!("{}: user step timeout under Always: fail", slow.name()),
+    );
     format!(
         "{name}: cluster resolver, dry-run mutation: ran {:?}; the label-selected policy's step \
-         not injected nor required",
-        run.trace(env)
+         not injected nor required; verified: pass; {slow}",
+        run.trace(env),
     )
 }
 
@@ -314,6 +401,22 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
             }
         }
     });
+    checks.check(
+        "verified after the run: fail, the resolved Task lacked the org steps",
+        || {
+            assert_eq!(
+                mark(env, &run),
+                json!({"ClusterStepPolicy/rt-remote": "fail"})
+            );
+            let why = event(env, &run, "OrgStepsDidNotRun");
+            assert!(
+                why.contains(
+                    "ClusterStepPolicy/rt-remote: org step bookend-remote-pre did not run: the Task that ran (status.taskSpec) does not carry it"
+                ),
+                "{why}"
+            );
+        },
+    );
     // With the entry back, the same TaskRun created again runs with the steps (what bookend's
     // message tells the user to do).
     let again = ctx.env.run_one(&remote_taskrun("remote-again"));

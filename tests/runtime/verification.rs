@@ -13,8 +13,8 @@ use crate::kube::poll;
 use crate::runs::{Checks, Env, Finished, step, taskrun};
 use crate::scenarios::{ALWAYS, Ctx};
 
-const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
-const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
+pub const ALWAYS_POLICY: &str = "ClusterStepPolicy/rt-always";
+pub const NOTIFY_POLICY: &str = "ClusterStepPolicy/rt-notify";
 
 /// The verdicts of the mark bookend writes on a finished TaskRun: policy -> verdict.
 pub fn mark(env: &Env, run: &Finished) -> Value {

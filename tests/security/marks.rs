@@ -6,10 +6,19 @@
 //! bookend's `/validate` as the API server sends it (all of them: the chart's matchCondition
 //! only filters, bookend does not rely on it), and an UPDATE bookend refuses is not stored.
 //!
-//! Invariant: a TaskRun bookend injected into keeps its record and the `bookend.dev/verify`
-//! label as bookend wrote them, carries no `bookend.dev/verified` until bookend writes it, and
-//! bookend produces its verdict exactly once, after it finished; a TaskRun bookend did not
-//! inject into is never selected by the watch.
+//! Invariant: a TaskRun bookend injected into (or, its Task coming from a resolver, marked for
+//! injection at the resolution) keeps its record and the `bookend.dev/verify` label as bookend
+//! wrote them, carries no `bookend.dev/verified` until bookend writes it, and bookend produces
+//! its verdict exactly once, after it finished; a TaskRun bookend did not inject into is never
+//! selected by the watch.
+//!
+//! And for a TaskRun whose Task comes from a resolver, verified from the Task that ran
+//! (`status.taskSpec`, written by Tekton's controller from what the resolver returned and
+//! bookend's dry-run mutation made of it, when that ran): whatever the author puts in that Task
+//! (look-alikes of org steps, exact copies, steps in any order) and however its steps end, a
+//! policy passes only if each of its steps is in the Task exactly as bookend's dry-run writes it
+//! and its pre-steps and Always post-steps completed; and every policy of the record gets a
+//! verdict.
 //!
 //! Where the webhooks do not run, anyone writes any mark. Invariant of the policies' counts
 //! (`status.verification`): a mark counts for a policy only on a TaskRun in a namespace where
@@ -19,7 +28,8 @@
 //! in `tests/security/marks.proptest-regressions`.
 
 use bookend::admission::{Endpoint, review};
-use bookend::engine::{Outcome, record};
+use bookend::engine::verify::{RunVerdict, verify};
+use bookend::engine::{Outcome, Request, decide_resolved_task, record};
 use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::{DEFAULT_TEKTON_CONTROLLER, PolicySet, Settings};
 use bookend::verification::{self, Seen};
@@ -140,15 +150,27 @@ fn created() -> impl Strategy<Value = (&'static str, Value)> {
     (
         prop_oneof![Just("team-a"), Just("elsewhere")],
         prop::collection::vec(edit(), 0..5),
+        any::<bool>(),
     )
-        .prop_map(|(namespace, edits)| {
-            let mut taskrun = cases::inline(json!([cases::build_step()]));
+        .prop_map(|(namespace, edits, remote)| {
+            let mut taskrun = if remote {
+                remote_taskrun()
+            } else {
+                cases::inline(json!([cases::build_step()]))
+            };
             taskrun["metadata"]["namespace"] = json!(namespace);
             for e in &edits {
                 apply(&mut taskrun, e);
             }
             (namespace, taskrun)
         })
+}
+
+/// A TaskRun whose Task a resolver fetches: no steps at CREATE.
+fn remote_taskrun() -> Value {
+    cases::with_spec(json!({"taskRef": {"resolver": "git", "params": [
+        {"name": "url", "value": "https://git.example/tasks"},
+        {"name": "pathInRepo", "value": "build.yaml"}]}}))
 }
 
 /// bookend's answer to an UPDATE from `user`: admitted or not.
@@ -386,4 +408,221 @@ fn no_forged_mark_counts_for_a_policy_that_cannot_apply_in_its_namespace() {
             }
         }
     });
+}
+
+
+/// A step of the author's Task.
+#[derive(Clone, Debug)]
+enum AuthorStep {
+    Build,
+    Test,
+    /// A step named like an org step, doing something else.
+    LookAlike(&'static str),
+    /// An exact copy of an org step as bookend's dry-run writes it.
+    Copy(&'static str),
+}
+
+/// How a step of the Task that ran ended, in Tekton's status.
+#[derive(Clone, Copy, Debug)]
+enum Ending {
+    Completed,
+    Failed,
+    Skipped,
+    TimedOut,
+    Continued,
+    NoState,
+}
+
+const ORG_STEPS: [&str; 4] = [
+    "bookend-creds",
+    "bookend-team-lint",
+    "bookend-sbom",
+    "bookend-upload",
+];
+
+fn author_step() -> impl Strategy<Value = AuthorStep> {
+    prop_oneof![
+        4 => Just(AuthorStep::Build),
+        2 => Just(AuthorStep::Test),
+        2 => prop::sample::select(&ORG_STEPS[..]).prop_map(AuthorStep::LookAlike),
+        2 => prop::sample::select(&ORG_STEPS[..]).prop_map(AuthorStep::Copy),
+    ]
+}
+
+fn ending() -> impl Strategy<Value = Ending> {
+    prop_oneof![
+        6 => Just(Ending::Completed),
+        1 => Just(Ending::Failed),
+        1 => Just(Ending::Skipped),
+        1 => Just(Ending::TimedOut),
+        1 => Just(Ending::Continued),
+        1 => Just(Ending::NoState),
+    ]
+}
+
+/// What bookend's dry-run mutation makes of a Task with `steps`: its answer (`None`: refused).
+fn dry_run(set: &PolicySet, steps: &[Value]) -> Option<Value> {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"},
+                      "spec": {"steps": steps}});
+    let d = decide_resolved_task(
+        Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        set,
+        &catalog(),
+    );
+    match d.outcome {
+        Outcome::Denied => None,
+        Outcome::Mutated => Some(as_tekton_stores(&d.object["spec"])),
+        Outcome::Admitted => Some(task["spec"].clone()),
+    }
+}
+
+/// A Task spec as Tekton's controller stores it in `status.taskSpec`: its variables
+/// substituted (here the step result paths bookend's gates write to).
+fn as_tekton_stores(spec: &Value) -> Value {
+    let mut spec = spec.clone();
+    for step in spec["steps"].as_array_mut().into_iter().flatten() {
+        let name = step["name"].as_str().unwrap_or_default().to_owned();
+        let text = step.to_string().replace(
+            "$(step.results.ok.path)",
+            &format!("/tekton/steps/step-{name}/results/ok"),
+        );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    spec
+}
+
+fn step_state(name: &str, ending: Ending) -> Option<Value> {
+    let (exit, reason) = match ending {
+        Ending::Completed => (0, "Completed"),
+        Ending::Failed => (1, "Error"),
+        Ending::Skipped => (0, "Skipped"),
+        Ending::TimedOut => (1, "TimeoutExceeded"),
+        Ending::Continued => (1, "Continued"),
+        Ending::NoState => return None,
+    };
+    Some(json!({"name": name, "container": format!("step-{name}"),
+                "terminated": {"exitCode": exit, "reason": "Completed"},
+                "terminationReason": reason}))
+}
+
+#[test]
+fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
+    let set = policies_knowing_bookend();
+    let catalog = catalog();
+    let config = Config {
+        cases: super::invariant::cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/marks.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    // The org steps as bookend's dry-run writes them (around the author's own steps).
+    let reference = dry_run(&set, &[cases::build_step()]).expect("the dry-run injects");
+    let org_step = |name: &str| -> Value {
+        reference["steps"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} in {reference}"))
+    };
+    let counts = std::cell::RefCell::new([0usize; 3]);
+    let strategy = (
+        prop::collection::vec(author_step(), 1..5),
+        any::<bool>(),
+        prop::collection::vec(ending(), 16),
+        any::<bool>(),
+        prop::collection::vec(edit(), 0..4),
+    );
+    proptest!(config, |((author, mutated, endings, succeeded, edits) in strategy)| {
+        let mut created = remote_taskrun();
+        for e in &edits {
+            apply(&mut created, e);
+        }
+        let decision = decide(&created, "team-a", &set, &catalog);
+        prop_assert!(decision.outcome != Outcome::Denied, "{:?}", decision.message);
+        let mut stored = decision.object.clone();
+        stored["metadata"]["name"] = json!("attack-1");
+        prop_assert!(selected(&stored), "a remote TaskRun in team-a is watched: {}", stored);
+        let record = record::Record::parse(
+            entry(&stored, "annotations", record::ANNOTATION)
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        )
+        .expect("bookend's record");
+
+        let steps: Vec<Value> = author
+            .iter()
+            .map(|s| match s {
+                AuthorStep::Build => cases::build_step(),
+                AuthorStep::Test => json!({"name": "test", "image": "golang", "script": "go test ./..."}),
+                AuthorStep::LookAlike(name) => json!({"name": name, "image": "busybox", "script": "exit 0"}),
+                AuthorStep::Copy(name) => org_step(name),
+            })
+            .collect();
+        // The Task that ran: the dry-run's answer, or the author's own when the mutation did
+        // not run (the Pod backstop in warn mode let its Pod through); none when refused.
+        let ran = if mutated { dry_run(&set, &steps) } else { Some(json!({"steps": steps})) };
+        let mut status = json!({"conditions": [{"type": "Succeeded",
+            "status": if succeeded && ran.is_some() { "True" } else { "False" },
+            "reason": if ran.is_some() { if succeeded { "Succeeded" } else { "Failed" } } else { "TaskRunResolutionFailed" },
+            "message": "ended"}]});
+        if let Some(spec) = &ran {
+            let states: Vec<Value> = spec["steps"].as_array().unwrap().iter().zip(&endings)
+                .filter_map(|(s, e)| step_state(s["name"].as_str().unwrap_or_default(), *e))
+                .collect();
+            status["taskSpec"] = spec.clone();
+            status["steps"] = json!(states);
+        }
+        stored["status"] = status;
+
+        let v = verify(&stored, &set, &catalog).expect("a finished TaskRun is verified");
+        // Every policy the record names gets a verdict.
+        for entry in &record.policies {
+            prop_assert!(v.policies.iter().any(|p| p.policy == entry.policy), "{} {:?}", entry.policy, v);
+        }
+        for run in &v.policies {
+            if run.verdict != RunVerdict::Pass {
+                counts.borrow_mut()[1] += 1;
+                continue;
+            }
+            counts.borrow_mut()[0] += 1;
+            let policy = set.policies().iter().find(|p| p.id.to_string() == run.policy)
+                .expect("a pass is for a loaded policy");
+            let spec = ran.as_ref().expect("a pass needs a Task that ran");
+            let always = policy.spec.post_steps_run == bookend::policy::PostStepsRun::Always;
+            for (i, name) in policy.step_names().enumerate() {
+                let carried: Vec<&Value> = spec["steps"].as_array().unwrap().iter()
+                    .filter(|s| s["name"] == name).collect();
+                prop_assert_eq!(carried.len(), 1, "{} once in {}", name, spec);
+                prop_assert_eq!(carried[0], &org_step(name), "{} as bookend writes it", name);
+                let must_complete = i < policy.spec.pre_steps.len() || always;
+                if must_complete {
+                    let state = stored["status"]["steps"].as_array().unwrap().iter()
+                        .find(|s| s["name"] == name);
+                    let completed = state.is_some_and(|s| {
+                        s["terminated"]["exitCode"] == 0 && s["terminationReason"] == "Completed"
+                    });
+                    prop_assert!(completed, "{} passed but {} did not complete: {:?}", run.policy, name, state);
+                }
+            }
+        }
+        if !mutated {
+            counts.borrow_mut()[2] += 1;
+        }
+    });
+    let [passes, fails, unmutated] = counts.into_inner();
+    eprintln!(
+        "resolved Tasks: {passes} passes, {fails} fails ({unmutated} Tasks without the dry-run mutation)"
+    );
+    assert!(
+        passes > 0 && fails > 0 && unmutated > 0,
+        "the generator reaches both verdicts"
+    );
 }

@@ -595,6 +595,18 @@ fn with_always_changes(def: &Value, container: &Value, settings: &Settings) -> V
 /// one of the two scripts bookend writes, run restricted (or, as earlier releases wrote them,
 /// without a securityContext).
 fn is_helper(container: &Value, settings: &Settings, facts: &PodFacts<'_>) -> bool {
+    // Tekton's controller substitutes a gate's `$(step.results.ok.path)` with the path of that
+    // step's own result before it builds the Pod: read the container with it written back.
+    let own_result = format!("/tekton/steps/{}/results/ok", name_of(container));
+    let mut unsubstituted = container.clone();
+    if let Some(args) = unsubstituted.get_mut("args").and_then(Value::as_array_mut) {
+        for arg in args.iter_mut() {
+            if let Some(text) = arg.as_str().filter(|t| t.ends_with(&own_result)) {
+                *arg = Value::String(text.replace(&own_result, "$(step.results.ok.path)"));
+            }
+        }
+    }
+    let container = &unsubstituted;
     let args: Vec<&str> = container
         .get("args")
         .and_then(Value::as_array)

@@ -68,8 +68,12 @@ fn empty_task_specs_and_other_kinds_are_left_alone() {
     );
     let pod = json!({"apiVersion": "v1", "kind": "Pod"});
     assert_eq!(run(&set, &pod).outcome, Outcome::Admitted);
+    // A taskRef without a name goes to the cluster's default resolver (Tekton's reconciler
+    // reads neither kind nor apiVersion): only bookend's marks, the steps come at resolution.
     let custom = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": {"taskRef": {"apiVersion": "x.dev/v1", "kind": "Wait"}}});
-    assert_eq!(run(&set, &custom).outcome, Outcome::Admitted);
+    let d = run(&set, &custom);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert_eq!(d.object["spec"], custom["spec"]);
 }
 
 #[test]

@@ -107,9 +107,92 @@ fn signed_tasks_are_refused_unless_the_policy_skips_references() {
 fn remote_task_refs_skip_or_deny() {
     let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
         "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}});
-    let d = run(&policies(PRE_POST), &object);
-    assert_eq!(d.outcome, Outcome::Admitted);
+    // Both policies' criteria are all about the namespace: they inject into the resolved Task
+    // at Tekton's controller's dry-run. At CREATE bookend writes only its record (saying so)
+    // and the verification label, nothing in `spec`, and injects nothing (metrics, Events).
+    let set = policies(PRE_POST);
+    let d = run(&set, &object);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert!(d.warnings.is_empty(), "{:?}", d.warnings);
+    assert!(d.injected.is_empty(), "{:?}", d.injected);
+    assert!(
+        d.patch.iter().all(|op| op.path().starts_with("/metadata")),
+        "{:?}",
+        d.patch
+    );
+    assert_eq!(d.object["spec"], object["spec"]);
+    assert_eq!(
+        d.object["metadata"]["labels"][record::LABEL],
+        record::LABEL_VALUE
+    );
+    let recorded = record_of(&d.object);
+    assert!(recorded.resolved, "{recorded:?}");
+    assert!(recorded.helpers.is_empty() && recorded.continued.is_empty());
+    assert_eq!(
+        recorded
+            .policies
+            .iter()
+            .map(|e| (e.policy.as_str(), e.steps.clone()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                "ClusterStepPolicy/outer",
+                vec![
+                    "bookend-outer-pre".to_owned(),
+                    "bookend-outer-post".to_owned()
+                ]
+            ),
+            (
+                "ClusterStepPolicy/inner",
+                vec![
+                    "bookend-inner-pre".to_owned(),
+                    "bookend-inner-post".to_owned()
+                ]
+            ),
+        ]
+    );
+    assert_settled(&set, &d.object);
+    // The author's own marks are replaced by bookend's; a verified mark goes.
+    let mut forged = object.clone();
+    forged["metadata"]["annotations"] = json!({record::ANNOTATION: r#"{"policies":[]}"#,
+                                              record::VERIFIED_ANNOTATION: "{}"});
+    forged["metadata"]["labels"] = json!({record::LABEL: "no"});
+    assert_eq!(run(&set, &forged).object["metadata"], d.object["metadata"]);
+    // A policy that selects by the TaskRun's labels cannot reach the resolved Task: skipped,
+    // with a warning, and not recorded.
+    let labelled = policies(&PRE_POST.replace(
+        "priority: 2\n",
+        "priority: 2\n  match: {selector: {matchLabels: {team: a}}}\n",
+    ));
+    let mut selected = object.clone();
+    selected["metadata"]["labels"] = json!({"team": "a"});
+    let d = run(&labelled, &selected);
     assert!(d.warnings[0].contains("git resolver"), "{:?}", d.warnings);
+    assert!(
+        d.warnings[0].contains("not injected: ClusterStepPolicy/inner ("),
+        "{:?}",
+        d.warnings
+    );
+    let recorded = record_of(&d.object);
+    assert_eq!(recorded.policies.len(), 1, "{recorded:?}");
+    assert_eq!(recorded.policies[0].policy, "ClusterStepPolicy/outer");
+    // Nothing reaches the resolved Task: no marks, and the author's are dropped.
+    let none = policies(
+        &PRE_POST
+            .replace(
+                "priority: 1\n",
+                "priority: 1\n  match: {selector: {matchLabels: {team: a}}}\n",
+            )
+            .replace(
+                "priority: 2\n",
+                "priority: 2\n  match: {selector: {matchLabels: {team: a}}}\n",
+            ),
+    );
+    assert_eq!(run(&none, &object).outcome, Outcome::Admitted);
+    let d = run(&none, &forged);
+    assert_eq!(d.outcome, Outcome::Mutated);
+    assert_eq!(d.object["metadata"]["labels"], json!({}));
+    assert_eq!(d.object["metadata"]["annotations"], json!({}));
     let deny = policies(&PRE_POST.replace("priority: 1\n", "priority: 1\n  remoteTaskRef: Deny\n"));
     denied(&deny, &object, "remoteTaskRef: Deny");
 }

@@ -299,7 +299,7 @@ fn real_apiserver_calls_bookend() {
             scenario_verification_cannot_be_escaped,
         ),
         (
-            "post-run verification: a resolved Task's marks are not copied into the TaskRun; unmarkable TaskRuns get their verdict",
+            "post-run verification: a remote-resolver TaskRun is marked at CREATE, a resolved Task's marks are not copied into it; unmarkable TaskRuns get their verdict",
             scenario_remote_marks_and_unmarkable_taskruns,
         ),
         (

@@ -276,7 +276,8 @@ pub(super) fn scenario_taskrun_events(ctx: &mut Ctx) -> String {
     assert_eq!(event["type"], "Normal");
     assert_eq!(event["involvedObject"]["name"], json!(name));
     assert_eq!(event["reportingComponent"], "bookend");
-    // A remote Task: a Warning that says which policies skipped it and why.
+    // A remote Task: the namespace's policies go into the resolved Task at Tekton's
+    // controller's dry-run, and the Event says so.
     let remote = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "TaskRun",
@@ -295,12 +296,11 @@ pub(super) fn scenario_taskrun_events(ctx: &mut Ctx) -> String {
         &ctx.cluster,
         TEAM_A,
         &format!("involvedObject.uid={}", metadata_str(&remote, "uid")),
-        "PolicySkipped",
+        "StepsInjected",
     );
     assert!(
-        skipped.contains("remote Task (git resolver)")
-            && skipped.contains("ClusterStepPolicy/org-credentials")
-            && skipped.contains("remoteTaskRef: Skip"),
+        skipped.starts_with("at the Task's resolution, injects ")
+            && skipped.contains("ClusterStepPolicy/org-credentials: bookend-credentials"),
         "{skipped}"
     );
     let dry_events = events(&ctx.cluster, TEAM_A, "involvedObject.name=events-dry-run");

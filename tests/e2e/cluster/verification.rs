@@ -695,18 +695,10 @@ fn as_controller_updating_taskruns(ctx: &Ctx) -> String {
     as_controller
 }
 
-/// Whether the object carries a label or annotation under `bookend.dev/`.
-fn has_marks(object: &Value) -> bool {
-    ["labels", "annotations"].iter().any(|map| {
-        object["metadata"][*map]
-            .as_object()
-            .is_some_and(|m| m.keys().any(|k| k.starts_with("bookend.dev/")))
-    })
-}
-
 pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> String {
-    // A TaskRun whose Task a resolver fetches: nothing to inject at CREATE, and the marks the
-    // author wrote are dropped.
+    // A TaskRun whose Task a resolver fetches: nothing to inject at CREATE (the steps go into
+    // the resolved Task at Tekton's controller's dry-run), but bookend's record (saying so) and
+    // label are written then, in place of the ones the author wrote; no verified mark.
     let remote = |name: &str| {
         json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
             "metadata": {"name": name, "namespace": TEAM_A,
@@ -721,7 +713,23 @@ pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> St
         .create(&remote("verify-remote"))
         .expect_ok("create a remote-resolver TaskRun")
         .json();
-    assert!(!has_marks(&created), "{}", created["metadata"]);
+    let meta = &created["metadata"];
+    assert_eq!(meta["labels"]["bookend.dev/verify"], "true", "{meta}");
+    assert!(meta["annotations"].get(VERIFIED).is_none(), "{meta}");
+    let recorded: Value = serde_json::from_str(
+        meta["annotations"]["bookend.dev/injected"]
+            .as_str()
+            .unwrap_or_default(),
+    )
+    .expect("bookend's record");
+    assert_eq!(recorded["resolved"], true, "{recorded}");
+    assert!(
+        recorded["policies"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
+        "{recorded}"
+    );
+    assert!(created["spec"]["taskSpec"].is_null(), "{}", created["spec"]);
 
     // Tekton's controller keeps the resolved Task's own metadata after its dry-run CREATE
     // (readRuntimeObjectAsTask: `mutatedTask.ObjectMeta = obj.ObjectMeta`) and copies the
@@ -807,7 +815,7 @@ pub(super) fn scenario_remote_marks_and_unmarkable_taskruns(ctx: &mut Ctx) -> St
         .kubectl(&["delete", "taskrun", "verify-after-full", "-n", TEAM_A])
         .expect_ok("delete the scenario's TaskRun");
     format!(
-        "remote-resolver TaskRun: forged marks dropped at CREATE, a resolved Task's marks copied by the controller refused; unmarkable TaskRun: verdict once ({} Event)",
+        "remote-resolver TaskRun: bookend's record and label at CREATE (forged marks replaced), a resolved Task's marks copied by the controller refused; unmarkable TaskRun: verdict once ({} Event)",
         warning.0
     )
 }
