@@ -426,9 +426,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         .and_then(Value::as_array)
         .map_or(&[], Vec::as_slice);
     let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
+    let namespace = view.namespace().unwrap_or_default();
+    let facts = SubjectFacts::of(&view, namespace, lookup);
+    let subject = facts.subject(namespace);
+    // A resolved Task gets only the policies whose criteria are all about the namespace (the
+    // others the TaskRun's admission skipped or refused, by their remoteTaskRef).
+    let remote = matches!(view.task_source(), tekton::TaskSource::RemoteRef { .. });
 
     // The policies to verify: the record's, then any current policy one of whose steps the
-    // TaskRun carries (admission admits a reserved-prefix step only as bookend's).
+    // TaskRun carries (admission admits a reserved-prefix step only as bookend's) and that can
+    // apply to it: a step named like another namespace's policy's is the author's.
     let by_id = |id: &str| set.policies().iter().find(|p| p.id.to_string() == id);
     let mut covered: Vec<Covered<'_>> = Vec::new();
     for entry in hint.iter().flat_map(|r| &r.policies) {
@@ -461,6 +468,7 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
             .policies()
             .iter()
             .find(|p| p.step_names().any(|s| s == name))
+            .filter(|p| !out_of_reach(p, &subject) && (!remote || p.namespace_level_only()))
         {
             covered.push(Covered {
                 id: p.id.to_string(),
@@ -642,15 +650,9 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         .collect();
 
     // Policies that apply now but that the TaskRun was not given.
-    let namespace = view.namespace().unwrap_or_default();
-    let facts = SubjectFacts::of(&view, namespace, lookup);
-    let subject = facts.subject(namespace);
     let created = taskrun
         .pointer("/metadata/creationTimestamp")
         .and_then(Value::as_str);
-    // A resolved Task gets only the policies whose criteria are all about the namespace (the
-    // others the TaskRun's admission skipped or refused, by their remoteTaskRef).
-    let remote = matches!(view.task_source(), tekton::TaskSource::RemoteRef { .. });
     for policy in set.candidates(&subject) {
         if policy.spec.mode != Mode::Enforce
             || (remote && !policy.namespace_level_only())
@@ -758,7 +760,7 @@ fn compose_owners(
 /// the org's only if Tekton's substitution of bookend's step gives exactly what ran. Handled:
 /// `$(context.taskRun.{name,namespace,uid})`, string `$(params.<p>)` (the TaskRun's value, else
 /// the Task's default), `$(results.<r>.path)`, `$(step.results.<r>.path)` and
-/// `$(steps.<s>.exitCode.path)`. A step with another variable Tekton substitutes does not match
+/// `$(steps.step-<s>.exitCode.path)`. A step with another variable Tekton substitutes does not match
 /// (a `fail`, never a pass).
 struct Substitutions {
     /// `$(key)` -> value, for every step.
@@ -821,7 +823,10 @@ impl Substitutions {
             .iter()
             .map(|s| {
                 (
-                    format!("$(steps.{s}.exitCode.path)"),
+                    // Tekton's form names the step's container (`ApplyStepExitCodePath`:
+                    // `pod.StepName`), `step-<name>`; `$(steps.<name>.exitCode.path)` it
+                    // leaves as written.
+                    format!("$(steps.step-{s}.exitCode.path)"),
                     format!("/tekton/steps/step-{s}/exitCode"),
                 )
             })

@@ -675,7 +675,6 @@ fn without_continue_a_jail_failure_looks_like_exit_1_and_is_not_claimed() {
     assert_eq!(jail.verdict, RunVerdict::Pass, "{jail:#?}");
 }
 
-
 /// A TaskRun whose Task comes from a resolver, as admission marks it (record and label, no
 /// steps), and the resolved Task's spec as Tekton's controller's dry-run returns it with the
 /// policies' steps around `build`.

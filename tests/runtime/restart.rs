@@ -187,7 +187,12 @@ pub fn scenario_restart(ctx: &mut Ctx) -> String {
                 .unwrap_or("null"),
         )
         .expect("the mark is JSON");
-        assert_eq!(verified["verdicts"], json!({POLICY: "pass"}), "{}", run.name());
+        assert_eq!(
+            verified["verdicts"],
+            json!({POLICY: "pass"}),
+            "{}",
+            run.name()
+        );
         assert_eq!(event_count(env, run), 1, "{}'s verdict Events", run.name());
     }
     // Each TaskRun's mark was written once: one admitted UPDATE review of it (bookend's marks

@@ -410,7 +410,6 @@ fn no_forged_mark_counts_for_a_policy_that_cannot_apply_in_its_namespace() {
     });
 }
 
-
 /// A step of the author's Task.
 #[derive(Clone, Debug)]
 enum AuthorStep {

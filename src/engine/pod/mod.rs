@@ -29,7 +29,7 @@ use super::inject::{self, ParamValues, StepKind};
 use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::{Denial, SubjectFacts, hermetic};
-use crate::policy::{Mode, Policy, PolicySet, Settings, TaskRefPolicy};
+use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Settings, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 use container::{Difference, PodFacts};
 
@@ -504,6 +504,11 @@ fn check_shape(
         settings.is_helper_name(n)
     };
     let body: Vec<&Value> = steps.iter().copied().filter(|c| !helper(c)).collect();
+    // bookend changes org steps (`onError: continue`, gate conditions) only when an `Always`
+    // policy applies; otherwise such a change is the author's, not bookend's.
+    let always = policies
+        .iter()
+        .any(|p| p.spec.post_steps_run == PostStepsRun::Always && !p.post_steps.is_empty());
     if body.len() < pre.len() + post.len() {
         return Err("it has fewer step containers than the org's steps".to_owned());
     }
@@ -530,7 +535,11 @@ fn check_shape(
                 if def.get("ref").is_some_and(|r| !r.is_null()) {
                     continue;
                 }
-                let step = with_always_changes(def, container, settings);
+                let step = if always {
+                    with_always_changes(def, container, settings)
+                } else {
+                    def.clone()
+                };
                 container::check(container, &step, facts)
                     .map_err(|d| explain(name, &policy.id.to_string(), d))?;
             }

@@ -1,0 +1,534 @@
+//! Attacks on remote-resolver TaskRuns, from an independent breaker round (2026-12-02): on
+//! post-run verification from `status.taskSpec` and on the Pod backstop's reading of a remote
+//! TaskRun's Pod. Each test asserts the secure answer. `break_*` tests were bypasses when
+//! found; those fixed run, those still open are `#[ignore]`d with the reason (docs/security.md,
+//! "Open"), so `cargo test --test remote_attacks -- --ignored` shows what is left. `held_*`
+//! attacks failed; `dos_*` are wrong `fail` verdicts (never a wrong pass).
+
+#[path = "common/tekton_pod.rs"]
+#[allow(dead_code)]
+mod tekton_pod;
+
+use bookend::engine::pod::check_pod;
+use bookend::engine::verify::{RunVerdict, verify};
+use bookend::engine::{self, Catalog, Outcome, Request, decide_resolved_task};
+use bookend::policy::load::policy_set_from_yaml;
+use bookend::policy::{PolicySet, Settings};
+use serde_json::{Value, json};
+
+const POLICIES: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps:
+  - {name: bookend-check, image: alpine, command: [/bin/sh, -c], args: ["verify-source --strict"]}
+  postSteps:
+  - {name: bookend-sbom, image: alpine, command: [/bin/sh, -c], args: ["make-sbom"]}
+"#;
+
+fn set() -> PolicySet {
+    let loaded = policy_set_from_yaml("breaker.yaml", POLICIES, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    loaded.set
+}
+
+fn catalog() -> Catalog {
+    let mut c = Catalog::default();
+    c.add_objects(
+        &[json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-a"}})],
+        "team-a",
+    );
+    c
+}
+
+fn remote_taskrun() -> Value {
+    json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+           "metadata": {"name": "attack-1", "namespace": "team-a", "uid": "u-1",
+                        "creationTimestamp": "2026-06-01T00:00:00Z"},
+           "spec": {"taskRef": {"resolver": "git", "params": [
+               {"name": "url", "value": "https://git.example/tasks"},
+               {"name": "pathInRepo", "value": "build.yaml"}]}}})
+}
+
+/// The TaskRun as bookend admits it at CREATE (record + label).
+fn admitted(set: &PolicySet) -> Value {
+    let tr = remote_taskrun();
+    let d = engine::decide(
+        Request {
+            object: &tr,
+            namespace: "team-a",
+            dry_run: false,
+        },
+        set,
+        &catalog(),
+    );
+    assert!(d.outcome != Outcome::Denied, "{:?}", d.message);
+    d.object
+}
+
+/// bookend's dry-run answer for a resolved Task with `steps`.
+fn dry_run(set: &PolicySet, spec: Value) -> Value {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"}, "spec": spec});
+    let d = decide_resolved_task(
+        Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        set,
+        &catalog(),
+    );
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    d.object["spec"].clone()
+}
+
+fn user_step() -> Value {
+    json!({"name": "build", "image": "golang", "command": ["/bin/sh", "-c"], "args": ["go build ./..."]})
+}
+
+fn finished(mut tr: Value, task_spec: Value) -> Value {
+    let steps: Vec<Value> = task_spec["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            json!({"name": s["name"], "terminated": {"exitCode": 0, "reason": "Completed"},
+               "terminationReason": "Completed"})
+        })
+        .collect();
+    tr["status"] = json!({"conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}],
+                          "taskSpec": task_spec, "steps": steps});
+    tr
+}
+
+/// HELD (baseline): the Task as bookend's dry-run writes it passes.
+#[test]
+fn baseline_dry_run_task_passes() {
+    let set = set();
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "{v:?}"
+    );
+}
+
+/// BREAK (I8: "a Task the dry-run mutation did not reach ... fails every policy of the record,
+/// whatever its steps did"). The dry-run mutation did not run (fail open, 3 s) and the Pod
+/// backstop is in warn mode. The author's Task carries the org steps exactly as bookend writes
+/// them, plus a `stepTemplate` and a Task volume: Tekton merges the template into EVERY step at
+/// Pod build (org steps included: /bin replaced by the author's ConfigMap, PATH changed), but
+/// verification compares only `status.taskSpec.steps` and never looks at stepTemplate/volumes.
+#[test]
+#[ignore = "OPEN: verification of an unmutated resolved Task does not check its stepTemplate (needs the Pod backstop in warn mode)"]
+fn break_step_template_in_unmutated_task_passes_verification() {
+    let set = set();
+    let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
+    spec["stepTemplate"] = json!({
+        "env": [{"name": "PATH", "value": "/author/bin"}],
+        "volumeMounts": [{"name": "fake-bin", "mountPath": "/bin"}]});
+    spec["volumes"] =
+        json!([{"name": "fake-bin", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
+    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    // The claim says: fail. What happens:
+    assert!(
+        v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
+        "BROKEN: every policy passed although Tekton ran the org steps with the author's stepTemplate (/bin and PATH replaced): {v:?}"
+    );
+}
+
+/// The dry-run does remove the stepTemplate (HELD when the mutation runs).
+#[test]
+fn held_dry_run_removes_step_template() {
+    let set = set();
+    let spec = dry_run(
+        &set,
+        json!({"steps": [user_step()],
+        "stepTemplate": {"env": [{"name": "PATH", "value": "/author/bin"}]}}),
+    );
+    assert!(spec.get("stepTemplate").is_none(), "{spec}");
+}
+
+fn pod(steps: &[Value]) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "attack-1-pod", "namespace": "team-a",
+                        "labels": {"tekton.dev/taskRun": "attack-1", "tekton.dev/taskRunUID": "u-1"}},
+           "spec": tekton_pod::pod_spec(steps)})
+}
+
+/// HELD (baseline): the Pod of the dry-run's Task passes the backstop; one without the org
+/// pre-step is refused.
+#[test]
+fn baseline_pod_backstop() {
+    let set = set();
+    let tr = admitted(&set);
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let steps = spec["steps"].as_array().unwrap().clone();
+    assert!(check_pod(&pod(&steps), &tr, &set, &catalog()).is_ok());
+    let without: Vec<Value> = steps
+        .iter()
+        .filter(|s| s["name"] != "bookend-check")
+        .cloned()
+        .collect();
+    assert!(check_pod(&pod(&without), &tr, &set, &catalog()).is_err());
+}
+
+/// BREAK (Pod backstop: "refuses a remote TaskRun's Pod that ... carries altered ones"). No
+/// policy is `Always`, yet `check_shape` reads every org container "with bookend's Always
+/// changes" (`with_always_changes`), unconditionally: an org pre-step altered to
+/// `onError: continue` (a failing org check no longer stops the author's steps; the TaskRun
+/// still succeeds) is admitted.
+#[test]
+fn break_pod_backstop_accepts_on_error_continue_on_org_pre_step() {
+    let set = set();
+    let tr = admitted(&set);
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let mut steps = spec["steps"].as_array().unwrap().clone();
+    steps[0]["onError"] = json!("continue");
+    assert_eq!(steps[0]["name"], "bookend-check");
+    let r = check_pod(&pod(&steps), &tr, &set, &catalog());
+    eprintln!("backstop answer: {r:?}");
+    assert!(
+        r.is_err(),
+        "BROKEN: the Pod backstop admitted an org pre-step with onError: continue"
+    );
+}
+
+/// BREAK (same): the org pre-step made conditional on a gate result (a `when` the backstop takes
+/// for bookend's), with a fake gate of bookend's exact form that always writes `false`
+/// (it reads a result file that never exists): the org pre-step is Skipped, the Pod admitted.
+#[test]
+fn break_pod_backstop_accepts_gate_when_on_org_pre_step_with_fake_gate() {
+    let set = set();
+    let tr = admitted(&set);
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let mut steps = spec["steps"].as_array().unwrap().clone();
+    let gate = json!({"name": "bookend-gate-1", "image": Settings::default().helper_image,
+        "command": ["/bin/sh", "-c"],
+        "args": ["cd /tekton/steps;[ \"$(cat 9/results/ok)\" = true ]&&r=true||r=false;printf $r>/tekton/steps/step-bookend-gate-1/results/ok"],
+        "results": [{"name": "ok"}],
+        "securityContext": bookend::engine::inject::helper_step(&Settings::default(), "bookend-gate-1",
+            &bookend::engine::inject::Helper::Verdict { checks: vec![] })["securityContext"]});
+    steps[0]["when"] = json!([{"input": "$(steps.bookend-gate-1.results.ok)", "operator": "in", "values": ["true"]}]);
+    steps.insert(0, gate);
+    let r = check_pod(&pod(&steps), &tr, &set, &catalog());
+    eprintln!("backstop answer: {r:?}");
+    assert!(
+        r.is_err(),
+        "BROKEN: the Pod backstop admitted a skipped-by-fake-gate org pre-step"
+    );
+}
+
+/// HELD: verification does catch the altered pre-step (onError: continue) even if the Pod ran.
+#[test]
+fn held_verify_fails_on_error_continue_org_step() {
+    let set = set();
+    let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
+    spec["steps"][0]["onError"] = json!("continue");
+    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    assert!(
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "{v:?}"
+    );
+}
+
+/// DoS (not a bypass): Tekton's exit-code variable is `$(steps.step-<name>.exitCode.path)`
+/// (`pod.StepName` in `ApplyStepExitCodePath`; docs/variables.md); bookend's `Substitutions`
+/// writes `$(steps.<name>.exitCode.path)`. An author step using the form Tekton leaves alone
+/// has it substituted by bookend only, the recomposition never matches, and every policy fails
+/// on a Task whose org steps all ran. (An org step using Tekton's real form fails the same way.)
+#[test]
+fn dos_exit_code_variable_form_differs_from_tektons() {
+    let set = set();
+    let mut user = user_step();
+    user["args"] = json!(["cat $(steps.build.exitCode.path) || true"]);
+    // As Tekton stores it: `$(steps.build.exitCode.path)` is not a Tekton variable, left as is.
+    let spec = dry_run(&set, json!({"steps": [user]}));
+    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "false fail: {v:?}"
+    );
+}
+
+/// HELD (Pod backstop, Enforce mode): the same stepTemplate, as Tekton merges it into the org
+/// containers (an extra env entry and a mount over /bin), is refused at the Pod. So the
+/// verification break above needs the Pod backstop in warn mode (or the Pod webhook skipped),
+/// which is the case I8 says it covers.
+#[test]
+fn held_pod_backstop_refuses_step_template_merged_into_org_containers() {
+    let set = set();
+    let tr = admitted(&set);
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let steps = spec["steps"].as_array().unwrap().clone();
+    let mut p = pod(&steps);
+    for c in p["spec"]["containers"].as_array_mut().unwrap() {
+        c["env"] = json!([{"name": "PATH", "value": "/author/bin"}]);
+    }
+    let r = check_pod(&p, &tr, &set, &catalog());
+    eprintln!("backstop answer: {r:?}");
+    assert!(r.is_err());
+}
+
+/// DoS (not a bypass): Tekton substitutes every `$(params.x)` the TaskRun passes, declared by
+/// the Task or not (`replacementsFromParams(tr.Spec.Params)`); bookend's `Substitutions` only
+/// those the Task declares. A user step reading an undeclared param the TaskRun passes: Tekton
+/// leaves nothing for bookend to do, so this one HOLDS; the mismatch bites an org step that
+/// reads a param the resolved Task does not declare (every such TaskRun fails verification).
+#[test]
+fn held_undeclared_param_in_user_step() {
+    let set = set();
+    let mut tr = admitted(&set);
+    tr["spec"]["params"] = json!([{"name": "extra", "value": "x"}]);
+    let mut user = user_step();
+    user["args"] = json!(["echo x"]);
+    let spec = dry_run(&set, json!({"steps": [user]}));
+    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "{v:?}"
+    );
+}
+
+/// DoS (not a bypass; a false `fail` on every such TaskRun): Tekton's controller stores
+/// `status.taskSpec` with StepActions resolved (`taskSpec.Steps = steps` from
+/// `GetStepActionsData`, then `storeTaskSpecAndMergeMeta`; the `ref` replaced by the
+/// StepAction's image/script). An org step that is a pinned StepAction (`ref: {resolver:
+/// cluster, ...}`, which docs/policy.md recommends) is composed again by verification with its
+/// `ref`, never matches what ran, and the policy fails on a remote TaskRun whose org steps all
+/// completed.
+#[test]
+#[ignore = "OPEN: status.taskSpec holds StepActions resolved, so an org StepAction step never matches (a false fail)"]
+fn dos_org_step_action_never_matches_status_task_spec() {
+    const SA_POLICY: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: clone, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps:
+  - name: bookend-clone
+    ref: {resolver: cluster, params: [{name: kind, value: stepaction}, {name: name, value: git-clone}, {name: namespace, value: tekton-catalog}]}
+"#;
+    let loaded = policy_set_from_yaml("sa.yaml", SA_POLICY, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
+    let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
+    assert!(spec["steps"][0]["ref"].is_object(), "{spec}");
+    // What Tekton's controller stores: the StepAction resolved into the step.
+    spec["steps"][0] = json!({"name": "bookend-clone", "image": "cgr.dev/chainguard/git", "script": "git clone ..."});
+    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
+        "false fail: {v:?}"
+    );
+}
+
+/// BREAK (Pod backstop in ENFORCE mode + verification; no warn mode needed, only the dry-run
+/// mutation skipped, which fails open after 3 s and which the Pod backstop is said to close).
+/// The author's resolved Task carries the org steps exactly as bookend writes them and declares
+/// `workspaces: [{name: tools, mountPath: /bin}]` (Tekton's validation only wants mount paths
+/// unique); the TaskRun binds `tools` to a ConfigMap of the author's (defaultMode 0755) holding
+/// `sh`. Tekton mounts every Task workspace into every step through the stepTemplate it builds
+/// (`workspace.Apply`), org steps included, as volume `ws-<random>`. `container::check_mounts`
+/// accepts any `ws-*` mount at any path outside /tekton/ on an org container, so the Pod is
+/// admitted; verification never reads `status.taskSpec.workspaces`, so the policy passes while
+/// the org steps ran the author's /bin/sh.
+#[test]
+#[ignore = "OPEN: a workspace mounted over an org step's paths in an unmutated resolved Task"]
+fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verification() {
+    let set = set();
+    let tr = admitted(&set);
+    let spec = dry_run(&set, json!({"steps": [user_step()]}));
+    let steps = spec["steps"].as_array().unwrap().clone();
+    // The Pod as Tekton builds it: the workspace's volume mounted into every step container.
+    let mut p = pod(&steps);
+    for c in p["spec"]["containers"].as_array_mut().unwrap() {
+        let mounts = c["volumeMounts"].as_array().cloned().unwrap_or_default();
+        let mut mounts = mounts;
+        mounts.push(json!({"name": "ws-k7x2p", "mountPath": "/bin"}));
+        c["volumeMounts"] = json!(mounts);
+    }
+    p["spec"]["volumes"].as_array_mut().unwrap().push(
+        json!({"name": "ws-k7x2p", "configMap": {"name": "author-tools", "defaultMode": 493}}),
+    );
+    let pod_answer = check_pod(&p, &tr, &set, &catalog());
+    eprintln!("backstop answer: {pod_answer:?}");
+
+    let mut ran = spec.clone();
+    ran["workspaces"] = json!([{"name": "tools", "mountPath": "/bin"}]);
+    let mut tr_ran = tr.clone();
+    tr_ran["spec"]["workspaces"] =
+        json!([{"name": "tools", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
+    let v = verify(&finished(tr_ran, ran), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
+        "BROKEN: Pod admitted AND every policy passed, with the author's workspace over the org steps' /bin"
+    );
+}
+
+/// HELD: when the dry-run mutation does run, the same workspace is refused there.
+#[test]
+fn held_dry_run_refuses_workspace_over_bin() {
+    let set = set();
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a"},
+        "spec": {"steps": [user_step()], "workspaces": [{"name": "tools", "mountPath": "/bin"}]}});
+    let d = decide_resolved_task(
+        Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        &set,
+        &catalog(),
+    );
+    eprintln!("dry-run: {:?} {:?}", d.outcome, d.message);
+    assert_eq!(d.outcome, Outcome::Denied);
+}
+
+/// BREAK (Pod backstop in ENFORCE mode + verification, dry-run mutation skipped): the policy's
+/// own volume (here the ConfigMap holding the org scanner's rules) is defined by the author's
+/// Task instead, pointing at the author's ConfigMap. The org container mounts a volume of the
+/// right name at the right path, so `check_mounts` is satisfied; nothing in the Pod backstop
+/// reads the Pod's `spec.volumes` sources, and verification never reads
+/// `status.taskSpec.volumes`: the org step scanned with the author's rules and the policy passes.
+#[test]
+#[ignore = "OPEN: a policy's volume redefined by an unmutated resolved Task"]
+fn break_policy_volume_redefined_by_unmutated_task() {
+    const VOL_POLICY: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: scan, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  volumes:
+  - {name: bookend-rules, configMap: {name: org-scan-rules}}
+  preSteps:
+  - name: bookend-scan
+    image: alpine
+    command: [/bin/sh, -c]
+    args: ["scan --rules /rules/policy.yaml"]
+    volumeMounts: [{name: bookend-rules, mountPath: /rules, readOnly: true}]
+"#;
+    let loaded = policy_set_from_yaml("vol.yaml", VOL_POLICY, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
+    let tr = admitted(&set);
+    let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
+    eprintln!("dry-run volumes: {}", spec["volumes"]);
+    // The author's Task (no dry-run mutation): same steps, its own definition of the volume.
+    spec["volumes"] = json!([{"name": "bookend-rules", "configMap": {"name": "author-allow-all"}}]);
+    let steps = spec["steps"].as_array().unwrap().clone();
+    let mut p = pod(&steps);
+    for v in p["spec"]["volumes"].as_array_mut().unwrap() {
+        if v["name"] == "bookend-rules" {
+            *v = json!({"name": "bookend-rules", "configMap": {"name": "author-allow-all"}});
+        }
+    }
+    let pod_answer = check_pod(&p, &tr, &set, &catalog());
+    eprintln!("backstop answer: {pod_answer:?}");
+    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
+        "BROKEN: Pod admitted AND the policy passed with the org volume pointing at the author's ConfigMap"
+    );
+}
+
+/// Attribution (dry-run mutation skipped): a step named like another namespace's StepPolicy's
+/// step in the author's Task makes verification produce a verdict for that StepPolicy on a
+/// team-a TaskRun (`covered` adds "any current policy one of whose steps the TaskRun carries",
+/// whatever its namespace or selector). With an exact copy of the composition it is a PASS.
+/// BREAK if a verdict for StepPolicy/team-b/… appears on this team-a TaskRun.
+#[test]
+fn break_verdict_attributed_to_other_namespaces_step_policy() {
+    const TWO: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps:
+  - {name: bookend-check, image: alpine, command: [/bin/sh, -c], args: ["verify-source --strict"]}
+---
+apiVersion: bookend.dev/v1alpha1
+kind: StepPolicy
+metadata: {name: teamb, namespace: team-b, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps:
+  - {name: bookend-teamb, image: alpine, command: [/bin/sh, -c], args: ["teamb-check"]}
+"#;
+    let loaded = policy_set_from_yaml("two.yaml", TWO, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
+    let tr = admitted(&set);
+    let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
+    // The author's own Task (no dry-run): org's step, then a copy of team-b's step.
+    let teamb = json!({"name": "bookend-teamb", "image": "alpine", "command": ["/bin/sh", "-c"], "args": ["teamb-check"]});
+    spec["steps"].as_array_mut().unwrap().insert(1, teamb);
+    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
+    eprintln!(
+        "verdicts: {:?}",
+        v.policies
+            .iter()
+            .map(|p| (&p.policy, &p.verdict))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        !v.policies.iter().any(|p| p.policy.contains("team-b")),
+        "BROKEN: a team-a TaskRun got a verdict for team-b's StepPolicy"
+    );
+}
+
+/// HELD: with the dry-run mutation, a step named like a policy that does not apply is refused.
+#[test]
+fn held_dry_run_refuses_foreign_reserved_step() {
+    let set = set();
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a"},
+        "spec": {"steps": [user_step(), {"name": "bookend-teamb", "image": "alpine", "command": ["/bin/sh", "-c"], "args": ["x"]}]}});
+    let d = decide_resolved_task(
+        Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        &set,
+        &catalog(),
+    );
+    assert_eq!(d.outcome, Outcome::Denied, "{:?}", d.message);
+}
