@@ -122,7 +122,6 @@ fn baseline_dry_run_task_passes() {
 /// Pod build (org steps included: /bin replaced by the author's ConfigMap, PATH changed), but
 /// verification compares only `status.taskSpec.steps` and never looks at stepTemplate/volumes.
 #[test]
-#[ignore = "OPEN: verification of an unmutated resolved Task does not check its stepTemplate (needs the Pod backstop in warn mode)"]
 fn break_step_template_in_unmutated_task_passes_verification() {
     let set = set();
     let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
@@ -357,7 +356,6 @@ spec:
 /// admitted; verification never reads `status.taskSpec.workspaces`, so the policy passes while
 /// the org steps ran the author's /bin/sh.
 #[test]
-#[ignore = "OPEN: a workspace mounted over an org step's paths in an unmutated resolved Task"]
 fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verification() {
     let set = set();
     let tr = admitted(&set);
@@ -423,7 +421,6 @@ fn held_dry_run_refuses_workspace_over_bin() {
 /// reads the Pod's `spec.volumes` sources, and verification never reads
 /// `status.taskSpec.volumes`: the org step scanned with the author's rules and the policy passes.
 #[test]
-#[ignore = "OPEN: a policy's volume redefined by an unmutated resolved Task"]
 fn break_policy_volume_redefined_by_unmutated_task() {
     const VOL_POLICY: &str = r#"
 apiVersion: bookend.dev/v1alpha1

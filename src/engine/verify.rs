@@ -736,6 +736,9 @@ fn compose_owners(
     if !recognised.in_place {
         return None;
     }
+    if resolved && !as_dry_run_leaves_it(task_spec, &recognised.user, applied, settings) {
+        return None;
+    }
     let composed = inject::compose(recognised.user, applied, settings, version, &params);
     if composed.kinds.len() != steps.len() {
         return None;
@@ -752,6 +755,37 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// Whether a resolved Task (`status.taskSpec`) is one bookend's dry-run mutation could have
+/// left: no stepTemplate (the dry-run writes it into the author's steps), nothing the dry-run
+/// refuses (a workspace over org steps' paths, the author's mounts of bookend's volumes), and
+/// every policy's volume as the policy defines it. Otherwise the mutation did not run (it
+/// fails open) and a step that looks like the org's may run the author's files.
+fn as_dry_run_leaves_it(
+    task_spec: &Value,
+    user: &[Value],
+    applied: &[&Policy],
+    settings: &crate::policy::Settings,
+) -> bool {
+    let template_set = task_spec
+        .get("stepTemplate")
+        .is_some_and(|t| !t.is_null() && t.as_object().is_none_or(|o| !o.is_empty()));
+    if template_set || super::isolate::check_task_spec(task_spec, user, applied, settings).is_err()
+    {
+        return false;
+    }
+    let volumes = task_spec
+        .get("volumes")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    applied.iter().flat_map(|p| &p.volumes).all(|want| {
+        let name = want.get("name");
+        volumes
+            .iter()
+            .filter(|v| v.get("name") == name)
+            .all(|v| v == want)
+    })
 }
 
 /// `status.taskSpec` is the spec after Tekton's controller substituted its variables
