@@ -58,7 +58,7 @@ pub struct Options {
     /// Post-run verification of the TaskRuns bookend injected into (`--verify-runs`).
     pub verify_runs: bool,
     /// The policies' `status.verification`: its window and how often it is counted.
-    pub verification_counts: crate::verification::counts::Options,
+    pub verification_counts: crate::engine::verdict_counts::CountOptions,
 }
 
 impl Default for Options {

@@ -27,6 +27,23 @@ use crate::policy::api::{LastFailure, VerificationStatus};
 use crate::policy::{Policy, PolicySet};
 use crate::tekton::TaskRunView;
 
+/// The window and how often it is counted (`--verification-window`,
+/// `--verification-count-interval`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CountOptions {
+    pub window: Duration,
+    pub interval: Duration,
+}
+
+impl Default for CountOptions {
+    fn default() -> Self {
+        Self {
+            window: Duration::from_secs(24 * 3600),
+            interval: Duration::from_secs(300),
+        }
+    }
+}
+
 /// Distinct cause keys kept per policy; further ones are counted as `other`.
 const MAX_CAUSES: usize = 16;
 /// The longest cause key kept as it is.

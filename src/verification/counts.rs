@@ -33,22 +33,9 @@ pub const FIELD_MANAGER: &str = "bookend-verification";
 /// TaskRuns per page of the list.
 const PAGE_SIZE: u32 = 500;
 
-/// The window and how often it is counted (`--verification-window`,
-/// `--verification-count-interval`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Options {
-    pub window: Duration,
-    pub interval: Duration,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            window: Duration::from_secs(24 * 3600),
-            interval: Duration::from_secs(300),
-        }
-    }
-}
+// The window and how often it is counted: a plain value the configuration carries, so it
+// lives in the pure core (`engine::verdict_counts`), below everything that passes it on.
+pub use crate::engine::verdict_counts::CountOptions as Options;
 
 /// Starts counting once the policies are loaded.
 pub fn start(client: Client, source: Arc<dyn PolicySource>, options: Options, metrics: Metrics) {
