@@ -27,6 +27,11 @@ spec:
   - {name: bookend-sbom, image: alpine, command: [/bin/sh, -c], args: ["make-sbom"]}
 "#;
 
+/// Each policy's verdict, for the test's log.
+fn verdicts(v: &bookend::engine::verify::Verification) -> Vec<(&String, &RunVerdict)> {
+    v.policies.iter().map(|p| (&p.policy, &p.verdict)).collect()
+}
+
 fn set() -> PolicySet {
     let loaded = policy_set_from_yaml("breaker.yaml", POLICIES, Settings::default());
     assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
@@ -131,13 +136,7 @@ fn break_step_template_in_unmutated_task_passes_verification() {
     spec["volumes"] =
         json!([{"name": "fake-bin", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
     let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     // The claim says: fail. What happens:
     assert!(
         v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
@@ -253,13 +252,7 @@ fn dos_exit_code_variable_form_differs_from_tektons() {
     // As Tekton stores it: `$(steps.build.exitCode.path)` is not a Tekton variable, left as is.
     let spec = dry_run(&set, json!({"steps": [user]}));
     let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     assert!(
         v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
         "false fail: {v:?}"
@@ -332,13 +325,7 @@ spec:
     // What Tekton's controller stores: the StepAction resolved into the step.
     spec["steps"][0] = json!({"name": "bookend-clone", "image": "cgr.dev/chainguard/git", "script": "git clone ..."});
     let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     assert!(
         v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
         "false fail: {v:?}"
@@ -381,13 +368,7 @@ fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verificati
     tr_ran["spec"]["workspaces"] =
         json!([{"name": "tools", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
     let v = verify(&finished(tr_ran, ran), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     assert!(
         pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
         "BROKEN: Pod admitted AND every policy passed, with the author's workspace over the org steps' /bin"
@@ -454,13 +435,7 @@ spec:
     let pod_answer = check_pod(&p, &tr, &set, &catalog());
     eprintln!("backstop answer: {pod_answer:?}");
     let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     assert!(
         pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
         "BROKEN: Pod admitted AND the policy passed with the org volume pointing at the author's ConfigMap"
@@ -498,13 +473,7 @@ spec:
     let teamb = json!({"name": "bookend-teamb", "image": "alpine", "command": ["/bin/sh", "-c"], "args": ["teamb-check"]});
     spec["steps"].as_array_mut().unwrap().insert(1, teamb);
     let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
-    eprintln!(
-        "verdicts: {:?}",
-        v.policies
-            .iter()
-            .map(|p| (&p.policy, &p.verdict))
-            .collect::<Vec<_>>()
-    );
+    eprintln!("verdicts: {:?}", verdicts(&v));
     assert!(
         !v.policies.iter().any(|p| p.policy.contains("team-b")),
         "BROKEN: a team-a TaskRun got a verdict for team-b's StepPolicy"
