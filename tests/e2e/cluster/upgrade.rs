@@ -56,15 +56,56 @@ fn previous_bin() -> Option<PathBuf> {
         "git archive {PREVIOUS} (the previous release; a shallow clone lacks it: git fetch --unshallow, or set BOOKEND_E2E_PREVIOUS_BIN)"
     ));
     // Niced: it builds while the other e2e tests run their clusters, whose timeouts matter more.
+    // Without debug info: the test only runs it, and the link then needs a fraction of the
+    // memory and disk (the build runs beside the suite's other clusters and targets).
     let mut build = Command::new("nice");
     build
         .args(["-n", "19"])
         .arg(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--locked", "--bin", "bookend", "--target-dir"])
         .arg(dir.join("target"))
+        .env("CARGO_PROFILE_DEV_DEBUG", "0")
         .current_dir(&src);
-    run(build, None).expect_ok("cargo build of the previous release");
+    let out = run(build, None);
+    assert!(
+        out.ok(),
+        "cargo build of the previous release ({PREVIOUS}) failed ({}); what cargo said, without \
+         its `Compiling` lines:\n{}\n(free disk: {})",
+        out.status,
+        cargo_errors(&out.stderr),
+        free_disk(&dir)
+    );
     Some(bin)
+}
+
+/// Cargo's stderr without its progress lines, at most the last 60 of what remains (the error
+/// is at the end; a linker's note can be a page of library names).
+fn cargo_errors(stderr: &str) -> String {
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| {
+            let l = l.trim_start();
+            !(l.starts_with("Compiling ") || l.starts_with("Building ") || l.is_empty())
+        })
+        .map(|l| {
+            let from = (l.len().saturating_sub(400)..l.len())
+                .find(|&i| l.is_char_boundary(i))
+                .unwrap_or(0);
+            &l[from..]
+        })
+        .collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
+}
+
+fn free_disk(dir: &Path) -> String {
+    let mut df = Command::new("df");
+    df.args(["-h", "--output=avail"]).arg(dir);
+    run(df, None)
+        .stdout
+        .split_whitespace()
+        .last()
+        .unwrap_or("?")
+        .to_owned()
 }
 
 fn version(bin: &Path) -> String {
