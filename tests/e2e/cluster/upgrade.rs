@@ -58,19 +58,33 @@ fn previous_bin() -> Option<PathBuf> {
     // Niced: it builds while the other e2e tests run their clusters, whose timeouts matter more.
     // Without debug info: the test only runs it, and the link then needs a fraction of the
     // memory and disk (the build runs beside the suite's other clusters and targets).
-    let mut build = Command::new("nice");
-    build
-        .args(["-n", "19"])
-        .arg(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["build", "--locked", "--bin", "bookend", "--target-dir"])
-        .arg(dir.join("target"))
-        .env("CARGO_PROFILE_DEV_DEBUG", "0")
-        .current_dir(&src);
-    let out = run(build, None);
+    // A failed build is tried once more, one job at a time (it resumes where it stopped): the
+    // first can lose its linker to the memory the suite's clusters hold at that moment.
+    let build = |jobs: Option<&str>| {
+        let mut build = Command::new("nice");
+        build
+            .args(["-n", "19"])
+            .arg(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--locked", "--bin", "bookend", "--target-dir"])
+            .arg(dir.join("target"))
+            .args(jobs.map(|n| ["--jobs", n]).into_iter().flatten())
+            .env("CARGO_PROFILE_DEV_DEBUG", "0")
+            .current_dir(&src);
+        run(build, None)
+    };
+    let first = build(None);
+    if first.ok() {
+        return Some(bin);
+    }
+    eprintln!(
+        "[upgrade] building the previous release failed, trying again with one job: {}",
+        cargo_errors(&first.stderr)
+    );
+    let out = build(Some("1"));
     assert!(
         out.ok(),
-        "cargo build of the previous release ({PREVIOUS}) failed ({}); what cargo said, without \
-         its `Compiling` lines:\n{}\n(free disk: {})",
+        "cargo build of the previous release ({PREVIOUS}) failed twice ({}); what cargo said, \
+         without its `Compiling` lines:\n{}\n(free disk: {})",
         out.status,
         cargo_errors(&out.stderr),
         free_disk(&dir)
