@@ -28,7 +28,7 @@ use super::lookup::Lookup;
 use super::recognise::recognise_as_run;
 use super::record::{self, Record};
 use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Verdict};
-use crate::tekton::{self, ApiVersion, TaskRunView};
+use crate::tekton::{self, ApiVersion, TaskRunView, step_action};
 
 /// How one step ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -493,7 +493,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
     let composed = ((from_status || covered.iter().all(|c| c.drift.is_none()))
         && !current.is_empty())
-    .then(|| compose_owners(steps, task_spec, &view, &current, set, from_status))
+    .then(|| {
+        compose_owners(
+            steps,
+            task_spec,
+            &view,
+            &current,
+            set,
+            from_status.then_some(lookup),
+        )
+    })
     .flatten();
     let by_composition = composed.is_some();
     let owners = match composed {
@@ -613,9 +622,14 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                         stop.cause_before(0)
                     )
                 } else if names.contains(missing) {
-                    "the TaskRun carries a step of that name that is not the policy's (its Task's \
-                     own, so not evidence)"
-                        .to_owned()
+                    let step_action = from_status
+                        .then(|| step_action_mismatch(cover.policy?, missing, namespace, lookup))
+                        .flatten()
+                        .unwrap_or_default();
+                    format!(
+                        "the TaskRun carries a step of that name that is not the policy's (its \
+                         Task's own, so not evidence){step_action}"
+                    )
                 } else if from_status {
                     "the Task that ran (status.taskSpec) does not carry it: it was not injected \
                      when the Task was resolved"
@@ -686,16 +700,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
 }
 
 /// Owners by composing again, as admission does; `None` when the composition does not give
-/// back the TaskRun's steps in place. A resolved Task (`resolved`) was composed at the
-/// controller's dry-run, which knows none of the TaskRun's param values: only the Task's
-/// defaults, as here.
+/// back the TaskRun's steps in place. A resolved Task (`resolved`: the lookup its org steps'
+/// StepActions are read from) was composed at the controller's dry-run, which knows none of the
+/// TaskRun's param values: only the Task's defaults, as here.
 fn compose_owners(
     steps: &[Value],
     task_spec: &Value,
     view: &TaskRunView<'_>,
     applied: &[&Policy],
     set: &PolicySet,
-    resolved: bool,
+    resolved: Option<&dyn Lookup>,
 ) -> Option<Vec<Owner>> {
     let params_of = |holder: Option<&Value>| -> Vec<Value> {
         holder
@@ -704,7 +718,7 @@ fn compose_owners(
             .cloned()
             .unwrap_or_default()
     };
-    let run_params = if resolved {
+    let run_params = if resolved.is_some() {
         Vec::new()
     } else {
         params_of(view.spec())
@@ -717,9 +731,17 @@ fn compose_owners(
     let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let version = ApiVersion::V1;
     let settings = set.settings();
-    let substitutions = resolved.then(|| Substitutions::of(view, task_spec));
+    let substitutions = resolved.map(|lookup| (lookup, Substitutions::of(view, task_spec)));
+    let namespace = view.namespace().unwrap_or_default();
+    // As Tekton's controller runs it: StepActions resolved (`GetStepActionsData`), then its
+    // variables substituted.
     let as_run = |composed: &mut [Value]| {
-        if let Some(substitutions) = &substitutions {
+        if let Some((lookup, substitutions)) = &substitutions {
+            for step in composed.iter_mut() {
+                if let Ok(ran) = resolve_step_action(step, namespace, *lookup) {
+                    *step = ran;
+                }
+            }
             substitutions.apply(composed);
         }
     };
@@ -736,7 +758,7 @@ fn compose_owners(
     if !recognised.in_place {
         return None;
     }
-    if resolved && !as_dry_run_leaves_it(task_spec, &recognised.user, applied, settings) {
+    if resolved.is_some() && !as_dry_run_leaves_it(task_spec, &recognised.user, applied, settings) {
         return None;
     }
     let composed = inject::compose(recognised.user, applied, settings, version, &params);
@@ -755,6 +777,50 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// An org step with a `ref` as Tekton's controller resolves it, from the StepAction bookend's
+/// cache holds now; a step without a `ref` is returned as it is. Every field is the StepAction's
+/// or the policy's, so a step of the author's matches only when it is the org step in content.
+fn resolve_step_action(
+    step: &Value,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Result<Value, String> {
+    let Some(step_ref) = step.get("ref").filter(|r| !r.is_null()) else {
+        return Ok(step.clone());
+    };
+    let source = step_action::Source::of(step_ref);
+    let (at, name) = source.object(namespace).ok_or_else(|| {
+        format!("bookend cannot read {source} (only the cluster resolver's and ref.name are read)")
+    })?;
+    let action = lookup
+        .step_action(&at, &name)
+        .ok_or_else(|| format!("{source} does not exist now"))?;
+    step_action::resolve(step, &action).map_err(|e| format!("{source}: {e}"))
+}
+
+/// Why an org step that is a StepAction did not match what ran, for the verdict's reason
+/// (`None` when the policy's step `name` has no `ref`).
+fn step_action_mismatch(
+    policy: &Policy,
+    name: &str,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Option<String> {
+    let step = policy
+        .pre_steps
+        .iter()
+        .chain(&policy.post_steps)
+        .find(|s| tekton::step_name(s) == Some(name))?;
+    let step_ref = step.get("ref").filter(|r| !r.is_null())?;
+    Some(match resolve_step_action(step, namespace, lookup) {
+        Err(why) => format!("; the org step is a StepAction: {why}"),
+        Ok(_) => format!(
+            "; the org step is {}, and what ran is not it as it is now: it changed since the run, or the step is not the StepAction's",
+            step_action::Source::of(step_ref)
+        ),
+    })
 }
 
 /// Whether a resolved Task (`status.taskSpec`) is one bookend's dry-run mutation could have

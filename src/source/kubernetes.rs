@@ -152,6 +152,11 @@ impl Lookup for ClusterLookup {
         Some(self.step_actions.get(&key).is_some())
     }
 
+    fn step_action(&self, namespace: &str, name: &str) -> Option<Value> {
+        let key = ObjectRef::new_with(name, step_action_resource()).within(namespace);
+        serde_json::to_value(self.step_actions.get(&key)?.as_ref()).ok()
+    }
+
     fn inline_task_spec_refused(&self) -> bool {
         self.feature_flags.state().iter().any(|flags| {
             flags

@@ -9,6 +9,8 @@ pub mod cluster;
 pub mod merge;
 /// The TaskRuns a PipelineRun's controller creates (`bookend render` of a PipelineRun).
 pub mod pipeline;
+/// A StepAction step as Tekton's controller resolves it (`status.taskSpec`).
+pub mod step_action;
 
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
