@@ -126,6 +126,13 @@ fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
         .collect()
 }
 
+/// Runs the catalog's Task through the cluster resolver in `namespace` (the Task created first
+/// if missing), for scenarios whose policies cover another namespace.
+pub fn run_catalog_task(env: &Env, namespace: &str, name: &str) -> Finished {
+    ensure_task(env);
+    env.run_one(&remote_taskrun_of(namespace, name, TASK))
+}
+
 /// Creates the catalog's Tasks (or leaves them as they are).
 fn ensure_task(env: &Env) {
     env.kubectl.apply(&task());
