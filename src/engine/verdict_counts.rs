@@ -118,6 +118,7 @@ pub fn duration_text(duration: Duration) -> String {
 struct Counts {
     passed: i64,
     failed: i64,
+    skipped: i64,
     by_cause: BTreeMap<String, i64>,
     /// (at, namespace, name, cause) of the latest failure; ties go to the greatest namespace
     /// and name, so the order of the list does not matter.
@@ -230,6 +231,7 @@ impl<'a> Tally<'a> {
             };
             match verdict.as_str() {
                 "pass" => counts.passed += 1,
+                "skip" => counts.skipped += 1,
                 "fail" => {
                     counts.failed += 1;
                     let mut cause = cause_key(mark.causes.get(policy_id).map(String::as_str));
@@ -260,6 +262,7 @@ impl<'a> Tally<'a> {
                     observed_at: observed_at.clone(),
                     passed: c.passed,
                     failed: c.failed,
+                    skipped: c.skipped,
                     failed_by_cause: c.by_cause,
                     last_failure: c.last.map(|(at, namespace, name, cause)| LastFailure {
                         namespace,
@@ -414,10 +417,16 @@ spec:
                     "2026-12-02T09:00:00Z",
                     &[(SBOM, "fail", "did_not_run"), (TEAMS, "pass", "")],
                 ),
+                marked(
+                    "team-b",
+                    "b3",
+                    "2026-12-02T09:30:00Z",
+                    &[(SBOM, "skip", ""), (TEAMS, "skip", "")],
+                ),
             ],
         );
         let sbom = &s[SBOM];
-        assert_eq!((sbom.passed, sbom.failed), (1, 3));
+        assert_eq!((sbom.passed, sbom.failed, sbom.skipped), (1, 3, 1));
         // Whatever key the verdict carries is counted: no list of causes here.
         assert_eq!(
             sbom.failed_by_cause,
@@ -436,7 +445,10 @@ spec:
             (sbom.window.as_str(), sbom.observed_at.as_str()),
             ("24h", "2026-12-02T12:00:00Z")
         );
-        assert_eq!((s[TEAMS].passed, s[TEAMS].failed), (1, 0));
+        assert_eq!(
+            (s[TEAMS].passed, s[TEAMS].failed, s[TEAMS].skipped),
+            (1, 0, 1)
+        );
         assert_eq!(
             (s[LINT].passed, s[LINT].failed, s[LINT].last_failure.clone()),
             (1, 0, None)

@@ -115,6 +115,10 @@ pub enum RunVerdict {
     Pass,
     /// The reason names each step and its cause.
     Fail(String),
+    /// The policy applies to the TaskRun but bookend cannot inject its steps, so nothing says
+    /// whether they ran: a policy that selects by the TaskRun's labels or origin, on a TaskRun
+    /// whose Task a resolver fetches. The reason says why and what to do.
+    Skip(String),
 }
 
 impl RunVerdict {
@@ -122,6 +126,7 @@ impl RunVerdict {
         match self {
             Self::Pass => "pass",
             Self::Fail(_) => "fail",
+            Self::Skip(_) => "skip",
         }
     }
 }
@@ -669,10 +674,28 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         .and_then(Value::as_str);
     for policy in set.candidates(&subject) {
         if policy.spec.mode != Mode::Enforce
-            || (remote && !policy.namespace_level_only())
             || !policy.matches(&subject)
             || covered.iter().any(|c| c.id == policy.id.to_string())
         {
+            continue;
+        }
+        if remote && !policy.namespace_level_only() {
+            // Its steps cannot go into a Task a resolver fetches: said, not left silent.
+            policies.push(PolicyRun {
+                policy: policy.id.to_string(),
+                mode: Some(policy.spec.mode),
+                steps: Vec::new(),
+                verdict: RunVerdict::Skip(format!(
+                    "org steps {} were not injected, so whether they ran is not known: the policy \
+                     selects TaskRuns by their labels or origin, which the Task a resolver fetches \
+                     does not carry when bookend injects into it (Tekton's dry-run), and \
+                     remoteTaskRef: Skip admitted the TaskRun without them; select by namespace \
+                     only, or run the Task inline or by taskRef.name",
+                    policy.step_names().collect::<Vec<_>>().join(", ")
+                )),
+                cause: None,
+                drift: None,
+            });
             continue;
         }
         let created_after =

@@ -98,7 +98,9 @@ fn outcome_of(run: &PolicyRun, step: &str) -> StepOutcome {
 fn fail_reason(run: &PolicyRun) -> &str {
     match &run.verdict {
         RunVerdict::Fail(r) => r,
-        RunVerdict::Pass => panic!("{} passed: {run:#?}", run.policy),
+        RunVerdict::Pass | RunVerdict::Skip(_) => {
+            panic!("{} did not fail: {run:#?}", run.policy)
+        }
     }
 }
 
@@ -877,7 +879,8 @@ fn a_remote_task_never_resolved_fails_with_the_taskruns_reason() {
 }
 
 /// Policies that select by the TaskRun's labels never reach a resolved Task (the TaskRun's
-/// admission skipped or refused them by their remoteTaskRef): not a verdict of their own.
+/// admission skipped or refused them by their remoteTaskRef): a `skip` that says so, no cause,
+/// and only where the policy applies to the TaskRun.
 /// A policy changed between the TaskRun's CREATE and its resolution injected its new steps:
 /// composing again with it finds them (drift reported, verdict from what ran).
 #[test]
@@ -901,7 +904,45 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
             .iter()
             .map(|p| p.policy.as_str())
             .collect::<Vec<_>>(),
-        ["ClusterStepPolicy/sbom", "ClusterStepPolicy/notify"],
+        [
+            "ClusterStepPolicy/sbom",
+            "ClusterStepPolicy/notify",
+            "ClusterStepPolicy/labelled"
+        ],
+        "{v:#?}"
+    );
+    let labelled_run = policy(&v, "ClusterStepPolicy/labelled");
+    let RunVerdict::Skip(why) = &labelled_run.verdict else {
+        panic!("{labelled_run:#?}");
+    };
+    assert!(
+        why.starts_with("org steps bookend-labelled were not injected")
+            && why.contains("labels or origin")
+            && why.contains("remoteTaskRef: Skip"),
+        "{why}"
+    );
+    assert_eq!((labelled_run.cause, &labelled_run.drift), (None, &None));
+    assert!(labelled_run.steps.is_empty());
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/sbom").verdict,
+        RunVerdict::Pass
+    );
+    // Without the label the policy does not apply: no verdict at all.
+    let mut unlabelled = object.clone();
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("team");
+    let steps = step_names(&task_spec)
+        .iter()
+        .map(|n| completed(n))
+        .collect();
+    let v = verified(
+        &set,
+        &finish_remote(unlabelled, &task_spec, true, "Succeeded", steps),
+    );
+    assert!(
+        !v.policies.iter().any(|p| p.policy.ends_with("labelled")),
         "{v:#?}"
     );
     // notify's spec changes after the TaskRun's CREATE, before its resolution.
