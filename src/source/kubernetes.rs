@@ -25,9 +25,10 @@ use crate::engine::{
     refuses_inline_task_spec,
 };
 use crate::metrics::Metrics;
+use crate::policy::api::VerificationStatus;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{PolicySet, Settings};
+use crate::policy::{PolicyId, PolicySet, Settings};
 use crate::tekton::TaskObject;
 use crate::tekton::cluster::{Cluster, FeatureFlags, Version};
 
@@ -184,6 +185,9 @@ pub struct KubernetesSource {
     current: Arc<ArcSwap<Snapshot>>,
     ready: Arc<AtomicBool>,
     taskruns: ApiTaskRuns,
+    /// The ClusterStepPolicies and StepPolicies as watched, status included.
+    cluster_policies: Store<DynamicObject>,
+    step_policies: Store<DynamicObject>,
 }
 
 impl PolicySource for KubernetesSource {
@@ -197,6 +201,19 @@ impl PolicySource for KubernetesSource {
 
     fn task_runs(&self) -> Option<&dyn TaskRunReader> {
         Some(&self.taskruns)
+    }
+
+    fn stored_verification(&self, policy: &PolicyId) -> Option<VerificationStatus> {
+        let object = match policy {
+            PolicyId::Cluster { name } => self
+                .cluster_policies
+                .get(&ObjectRef::new_with(name, cluster_policy_resource())),
+            PolicyId::Namespaced { namespace, name } => self
+                .step_policies
+                .get(&ObjectRef::new_with(name, step_policy_resource()).within(namespace)),
+        }?;
+        let status = object.data.get("status")?.get("verification")?;
+        serde_json::from_value(status.clone()).ok()
     }
 }
 
@@ -370,6 +387,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         metrics.clone(),
     );
 
+    let watched_policies = (cluster_policies.clone(), step_policies.clone());
     let (rebuilt, now_ready) = (current.clone(), ready.clone());
     tokio::spawn(async move {
         // Not ready (no policy set) until bookend knows who it is: the marks webhook lets only
@@ -534,6 +552,8 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         current,
         ready,
         taskruns,
+        cluster_policies: watched_policies.0,
+        step_policies: watched_policies.1,
     }
 }
 
