@@ -735,6 +735,11 @@ fn finish_remote(
     object
 }
 
+/// Every step of `task_spec` completed.
+fn all_completed(task_spec: &Value) -> Vec<Value> {
+    step_names(task_spec).iter().map(|n| completed(n)).collect()
+}
+
 fn step_names(task_spec: &Value) -> Vec<String> {
     task_spec["steps"]
         .as_array()
@@ -845,7 +850,7 @@ fn a_remote_task_without_the_org_steps_fails_whatever_its_steps_are_named() {
     let fake = |name: &str| json!({"name": name, "image": "busybox", "script": "exit 0"});
     let forged = json!({"steps": [fake("bookend-setup"), {"name": "build", "image": "go"},
                                   fake("bookend-notify"), fake("bookend-sbom-upload")]});
-    let steps = step_names(&forged).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&forged);
     let v = verified(
         &set,
         &finish_remote(object, &forged, true, "Succeeded", steps),
@@ -891,10 +896,7 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
     let set = policies(&labelled);
     let (mut object, task_spec) = remote(&set);
     object["metadata"]["labels"]["team"] = json!("a");
-    let steps = step_names(&task_spec)
-        .iter()
-        .map(|n| completed(n))
-        .collect();
+    let steps = all_completed(&task_spec);
     let v = verified(
         &set,
         &finish_remote(object.clone(), &task_spec, true, "Succeeded", steps),
@@ -933,10 +935,7 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
         .as_object_mut()
         .unwrap()
         .remove("team");
-    let steps = step_names(&task_spec)
-        .iter()
-        .map(|n| completed(n))
-        .collect();
+    let steps = all_completed(&task_spec);
     let v = verified(
         &set,
         &finish_remote(unlabelled, &task_spec, true, "Succeeded", steps),
@@ -951,7 +950,7 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
         "postSteps: [{name: bookend-notify, image: alpine:3}]",
     ));
     let (_, new_spec) = remote(&changed);
-    let steps = step_names(&new_spec).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&new_spec);
     let v = verified(
         &changed,
         &finish_remote(object, &new_spec, true, "Succeeded", steps),
@@ -973,7 +972,7 @@ fn a_resolved_task_is_recognised_after_tektons_substitution() {
             .contains("/tekton/steps/step-bookend-gate-1/results/ok"),
         "{ran}"
     );
-    let steps = step_names(&ran).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&ran);
     let v = verified(
         &set,
         &finish_remote(object.clone(), &ran, true, "Succeeded", steps),
@@ -991,7 +990,7 @@ fn a_resolved_task_is_recognised_after_tektons_substitution() {
         .to_string()
         .replace("/tekton/steps/step-bookend-gate-1/results/ok", "/dev/null");
     *gate = serde_json::from_str(&text).unwrap();
-    let steps = step_names(&tampered).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&tampered);
     let v = verified(
         &set,
         &finish_remote(object, &tampered, true, "Succeeded", steps),

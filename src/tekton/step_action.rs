@@ -25,6 +25,8 @@
 //! [`resolve`] answers [`ResolveError::Unsupported`] for them, so a caller comparing with what
 //! ran never takes a guess for a match.
 
+use std::collections::HashMap;
+
 use serde_json::{Map, Value};
 
 /// Where a step's `ref` takes its StepAction from.
@@ -156,8 +158,12 @@ pub fn resolve(step: &Value, action: &Value) -> Result<Value, ResolveError> {
     Ok(resolved)
 }
 
-/// `$(…)` keys and their values: the StepAction's defaults, then the step's params.
-fn params(step: &Value, spec: &Map<String, Value>) -> Result<Vec<(String, String)>, ResolveError> {
+/// Variable keys (`params.p`, ...) and their values: the step's params, else the StepAction's
+/// defaults.
+fn params(
+    step: &Value,
+    spec: &Map<String, Value>,
+) -> Result<HashMap<String, String>, ResolveError> {
     let declared: &[Value] = spec
         .get("params")
         .and_then(Value::as_array)
@@ -178,7 +184,7 @@ fn params(step: &Value, spec: &Map<String, Value>) -> Result<Vec<(String, String
             )));
         }
     }
-    let mut out = Vec::new();
+    let mut out = HashMap::new();
     for d in declared {
         let Some(name) = name_of(d) else { continue };
         if d.get("type")
@@ -213,48 +219,26 @@ fn params(step: &Value, spec: &Map<String, Value>) -> Result<Vec<(String, String
             }
         };
         for key in [
-            format!("$(params.{name})"),
-            format!("$(params[\"{name}\"])"),
-            format!("$(params['{name}'])"),
-            format!("$(inputs.params.{name})"),
+            format!("params.{name}"),
+            format!("params[\"{name}\"]"),
+            format!("params['{name}']"),
+            format!("inputs.params.{name}"),
         ] {
-            out.push((key, value.clone()));
+            out.insert(key, value.clone());
         }
     }
     Ok(out)
 }
 
-/// Go's `strings.Replacer` with `$(…)` keys: one pass, left to right, substituted text is not
-/// looked at again (no key is a prefix of another: each ends with `)`).
-fn replace_once(text: &str, pairs: &[(String, String)]) -> String {
-    if !text.contains("$(") {
-        return text.to_owned();
-    }
-    let mut out = String::with_capacity(text.len());
-    let mut rest = text;
-    while let Some(at) = rest.find("$(") {
-        out.push_str(&rest[..at]);
-        rest = &rest[at..];
-        match pairs.iter().find(|(key, _)| rest.starts_with(key.as_str())) {
-            Some((key, value)) => {
-                out.push_str(value);
-                rest = &rest[key.len()..];
-            }
-            None => {
-                out.push_str("$(");
-                rest = &rest[2..];
-            }
-        }
-    }
-    out.push_str(rest);
-    out
+fn replace_once(text: &str, values: &HashMap<String, String>) -> String {
+    super::replace_variables(text, |key| values.get(key).map(String::as_str))
 }
 
 /// `ApplyStepReplacements`: the members Tekton substitutes params into, and no other.
-fn substitute_step(step: &mut Value, pairs: &[(String, String)]) {
+fn substitute_step(step: &mut Value, values: &HashMap<String, String>) {
     let at = |pointer: &str, step: &mut Value| {
         if let Some(Value::String(s)) = step.pointer_mut(pointer) {
-            *s = replace_once(s, pairs);
+            *s = replace_once(s, values);
         }
     };
     for pointer in [
@@ -276,7 +260,7 @@ fn substitute_step(step: &mut Value, pairs: &[(String, String)]) {
         for item in items {
             for member in members {
                 if let Some(Value::String(s)) = item.pointer_mut(member) {
-                    *s = replace_once(s, pairs);
+                    *s = replace_once(s, values);
                 }
             }
         }
@@ -285,7 +269,7 @@ fn substitute_step(step: &mut Value, pairs: &[(String, String)]) {
         if let Some(items) = step.get_mut(list).and_then(Value::as_array_mut) {
             for item in items {
                 if let Value::String(s) = item {
-                    *s = replace_once(s, pairs);
+                    *s = replace_once(s, values);
                 }
             }
         }
@@ -310,12 +294,12 @@ fn substitute_step(step: &mut Value, pairs: &[(String, String)]) {
     if let Some(whens) = step.get_mut("when").and_then(Value::as_array_mut) {
         for when in whens {
             if let Some(Value::String(s)) = when.get_mut("input") {
-                *s = replace_once(s, pairs);
+                *s = replace_once(s, values);
             }
-            if let Some(values) = when.get_mut("values").and_then(Value::as_array_mut) {
-                for v in values {
+            if let Some(items) = when.get_mut("values").and_then(Value::as_array_mut) {
+                for v in items {
                     if let Value::String(s) = v {
-                        *s = replace_once(s, pairs);
+                        *s = replace_once(s, values);
                     }
                 }
             }
@@ -419,10 +403,10 @@ mod tests {
 
     #[test]
     fn substitution_is_one_pass_and_only_where_tekton_substitutes() {
-        let pairs = vec![
-            ("$(params.a)".to_owned(), "$(params.b)".to_owned()),
-            ("$(params.b)".to_owned(), "B".to_owned()),
-        ];
+        let pairs = HashMap::from([
+            ("params.a".to_owned(), "$(params.b)".to_owned()),
+            ("params.b".to_owned(), "B".to_owned()),
+        ]);
         assert_eq!(
             replace_once("x$(params.a)$(params.b)$(", &pairs),
             "x$(params.b)B$("
