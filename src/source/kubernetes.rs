@@ -204,17 +204,27 @@ impl PolicySource for KubernetesSource {
     }
 
     fn stored_verification(&self, policy: &PolicyId) -> Option<VerificationStatus> {
-        let object = match policy {
-            PolicyId::Cluster { name } => self
-                .cluster_policies
-                .get(&ObjectRef::new_with(name, cluster_policy_resource())),
-            PolicyId::Namespaced { namespace, name } => self
-                .step_policies
-                .get(&ObjectRef::new_with(name, step_policy_resource()).within(namespace)),
-        }?;
-        let status = object.data.get("status")?.get("verification")?;
-        serde_json::from_value(status.clone()).ok()
+        stored_verification(&self.cluster_policies, &self.step_policies, policy)
     }
+}
+
+/// A policy's `status.verification` in the watched policies; `None` when the policy or its
+/// status is not there or not readable.
+fn stored_verification(
+    cluster_policies: &Store<DynamicObject>,
+    step_policies: &Store<DynamicObject>,
+    policy: &PolicyId,
+) -> Option<VerificationStatus> {
+    let object = match policy {
+        PolicyId::Cluster { name } => {
+            cluster_policies.get(&ObjectRef::new_with(name, cluster_policy_resource()))
+        }
+        PolicyId::Namespaced { namespace, name } => {
+            step_policies.get(&ObjectRef::new_with(name, step_policy_resource()).within(namespace))
+        }
+    }?;
+    let status = object.data.get("status")?.get("verification")?;
+    serde_json::from_value(status.clone()).ok()
 }
 
 /// TaskRuns read with one GET each.
@@ -621,6 +631,49 @@ mod tests {
             kind: ar.kind.clone(),
         });
         o
+    }
+
+    #[test]
+    fn the_stored_verification_is_read_from_the_watched_policy() {
+        let verification = json!({"window": "24h", "observedAt": "2026-12-02T08:05:00Z",
+                                   "passed": 2, "failed": 1, "skipped": 0});
+        let cluster = store_of(
+            cluster_policy_resource(),
+            vec![dynamic(
+                json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+                       "metadata": {"name": "org"}, "spec": {},
+                       "status": {"verification": verification}}),
+                &cluster_policy_resource(),
+            )],
+        );
+        let namespaced = store_of(
+            step_policy_resource(),
+            vec![dynamic(
+                json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "StepPolicy",
+                       "metadata": {"name": "org", "namespace": "team-a"}, "spec": {},
+                       "status": {"verification": {"window": 3}}}),
+                &step_policy_resource(),
+            )],
+        );
+        let stored = |id: PolicyId| stored_verification(&cluster, &namespaced, &id);
+        let found = stored(PolicyId::Cluster { name: "org".into() }).unwrap();
+        assert_eq!(
+            (found.passed, found.failed, found.window.as_str()),
+            (2, 1, "24h")
+        );
+        // Another kind's object of that name, unreadable, or absent: nothing stored.
+        let namespaced_id = |ns: &str| PolicyId::Namespaced {
+            namespace: ns.into(),
+            name: "org".into(),
+        };
+        assert_eq!(stored(namespaced_id("team-a")), None);
+        assert_eq!(stored(namespaced_id("team-b")), None);
+        assert_eq!(
+            stored(PolicyId::Cluster {
+                name: "other".into()
+            }),
+            None
+        );
     }
 
     fn lookup() -> ClusterLookup {
