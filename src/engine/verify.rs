@@ -815,7 +815,9 @@ fn resolve_step_action(
     };
     let source = step_action::Source::of(step_ref);
     let (at, name) = source.object(namespace).ok_or_else(|| {
-        format!("bookend cannot read {source} (only the cluster resolver's and ref.name are read)")
+        format!(
+            "bookend cannot read {source} (it reads ref.name, and the cluster resolver's with literal kind stepaction, name and namespace params)"
+        )
     })?;
     let action = lookup
         .step_action(&at, &name)

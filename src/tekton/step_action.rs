@@ -34,7 +34,7 @@ use serde_json::{Map, Value};
 pub enum Source {
     /// `ref.name`: a StepAction in the TaskRun's namespace.
     Local { name: String },
-    /// `ref.resolver: cluster` with literal `name` and `namespace` params.
+    /// `ref.resolver: cluster` with literal `kind: stepaction`, `name` and `namespace` params.
     Cluster { namespace: String, name: String },
     /// Any other resolver (`bundles`, `git`, `http`, ...), or a cluster reference without a
     /// literal name or namespace: content bookend cannot read from its cache.
@@ -63,7 +63,8 @@ impl Source {
                 .map(|p| text(p.get("value")))
                 .filter(|v| !v.is_empty() && !v.contains("$("))
         };
-        let kind_ok = param("kind").is_none_or(|k| k == "stepaction");
+        // Without `kind` the resolver takes its configured default (`task`).
+        let kind_ok = param("kind").as_deref() == Some("stepaction");
         match (resolver.as_str(), param("namespace"), param("name")) {
             ("cluster", Some(namespace), Some(name)) if kind_ok => {
                 Self::Cluster { namespace, name }
@@ -335,6 +336,8 @@ mod tests {
         for other in [
             task,
             json!({"resolver": "cluster", "params": [{"name": "name", "value": "x"}]}),
+            json!({"resolver": "cluster", "params": [{"name": "name", "value": "x"},
+                   {"name": "namespace", "value": "tekton-catalog"}]}),
             json!({"resolver": "cluster", "params": [{"name": "name", "value": "x"},
                    {"name": "namespace", "value": "$(params.ns)"}]}),
             json!({"resolver": "bundles", "params": [{"name": "bundle", "value": "b"}]}),
