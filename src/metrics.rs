@@ -88,7 +88,7 @@ struct StepLabels {
     step: String,
 }
 
-/// A verdict on a finished TaskRun for one policy: `pass` or `fail`, and the cause of a fail
+/// A verdict on a finished TaskRun for one policy: `pass`, `skip` or `fail`, and the cause of a fail
 /// (`none`, `hermetic_jail_failed`, `did_not_run`, `not_injected`, `failed`).
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VerdictLabels {
@@ -285,7 +285,7 @@ impl Metrics {
         let verdicts = Family::<VerdictLabels, Counter>::default();
         registry.register(
             "bookend_run_verdicts",
-            "Post-run verdicts per finished TaskRun and policy: pass, or fail with its cause (hermetic_jail_failed, did_not_run, not_injected, failed)",
+            "Post-run verdicts per finished TaskRun and policy: pass, skip (steps that could not be injected), or fail with its cause (hermetic_jail_failed, did_not_run, not_injected, failed)",
             verdicts.clone(),
         );
         let taskruns_watched = Gauge::default();

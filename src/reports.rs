@@ -187,7 +187,8 @@ pub fn result(subject: &Subject, finding: &AuditFinding, seconds: i64) -> Value 
 }
 
 /// One PolicyReport result for a policy's post-run verdict on a finished TaskRun
-/// ([`crate::engine::verify`]): `pass`, or `fail` with the reason; Enforce policies too.
+/// ([`crate::engine::verify`]): `pass`, or `fail` or `skip` with the reason; Enforce policies
+/// too.
 pub fn run_result(subject: &Subject, run: &PolicyRun, seconds: i64) -> Value {
     let message = match &run.verdict {
         RunVerdict::Pass => format!(
@@ -198,7 +199,7 @@ pub fn run_result(subject: &Subject, run: &PolicyRun, seconds: i64) -> Value {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        RunVerdict::Fail(reason) => reason.clone(),
+        RunVerdict::Fail(reason) | RunVerdict::Skip(reason) => reason.clone(),
     };
     let mut properties = serde_json::Map::new();
     properties.insert("check".into(), json!("run"));

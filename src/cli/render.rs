@@ -168,6 +168,10 @@ impl Lookup for RenderLookup<'_> {
         self.catalog.step_action_exists(namespace, name)
     }
 
+    fn step_action(&self, namespace: &str, name: &str) -> Option<serde_json::Value> {
+        self.catalog.step_action(namespace, name)
+    }
+
     fn inline_task_spec_refused(&self) -> bool {
         self.catalog.inline_task_spec_refused()
     }

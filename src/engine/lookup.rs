@@ -16,6 +16,9 @@ pub trait Lookup: Send + Sync {
     /// Whether a StepAction exists: `None` when this lookup does not know StepActions (then
     /// bookend does not check a policy's `ref.name`).
     fn step_action_exists(&self, namespace: &str, name: &str) -> Option<bool>;
+    /// The StepAction object, to resolve an org step's `ref` as Tekton's controller did when
+    /// verifying a remote TaskRun (`None`: not known here).
+    fn step_action(&self, namespace: &str, name: &str) -> Option<Value>;
     /// Whether Tekton refuses TaskRuns with `spec.taskSpec`: its feature flag
     /// `disable-inline-spec` lists `taskrun`. bookend then cannot inline a referenced Task.
     /// (Required, not defaulted: a lookup that forgot it would silently run without the flag.)
@@ -163,6 +166,12 @@ impl Lookup for Catalog {
             self.step_actions
                 .contains_key(&(namespace.to_owned(), name.to_owned()))
         })
+    }
+
+    fn step_action(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.step_actions
+            .get(&(namespace.to_owned(), name.to_owned()))
+            .cloned()
     }
 
     fn inline_task_spec_refused(&self) -> bool {

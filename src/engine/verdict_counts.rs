@@ -118,6 +118,7 @@ pub fn duration_text(duration: Duration) -> String {
 struct Counts {
     passed: i64,
     failed: i64,
+    skipped: i64,
     by_cause: BTreeMap<String, i64>,
     /// (at, namespace, name, cause) of the latest failure; ties go to the greatest namespace
     /// and name, so the order of the list does not matter.
@@ -230,6 +231,7 @@ impl<'a> Tally<'a> {
             };
             match verdict.as_str() {
                 "pass" => counts.passed += 1,
+                "skip" => counts.skipped += 1,
                 "fail" => {
                     counts.failed += 1;
                     let mut cause = cause_key(mark.causes.get(policy_id).map(String::as_str));
@@ -260,6 +262,7 @@ impl<'a> Tally<'a> {
                     observed_at: observed_at.clone(),
                     passed: c.passed,
                     failed: c.failed,
+                    skipped: c.skipped,
                     failed_by_cause: c.by_cause,
                     last_failure: c.last.map(|(at, namespace, name, cause)| LastFailure {
                         namespace,
@@ -274,6 +277,31 @@ impl<'a> Tally<'a> {
             })
             .collect()
     }
+}
+
+/// Whether this replica's count `own` should replace `stored`, the policy's status now: only
+/// when it comes later in one total order — the later window end, then the longer window, then
+/// more verdicts, then the text. Replicas whose counts differ (clocks on either side of a
+/// period boundary, different `--verification-window`s during a rollout, a mark stored between
+/// their lists) then converge on the greatest of their counts instead of overwriting each other
+/// every period; equal counts are not sent again. A stored status this cannot read is replaced.
+pub fn supersedes(own: &VerificationStatus, stored: Option<&VerificationStatus>) -> bool {
+    let Some(stored) = stored else {
+        return true;
+    };
+    let key = |s: &VerificationStatus| {
+        (
+            s.observed_at.parse::<Timestamp>().ok(),
+            humantime::parse_duration(&s.window).ok(),
+            s.passed.saturating_add(s.failed).saturating_add(s.skipped),
+            serde_json::to_string(s).unwrap_or_default(),
+        )
+    };
+    let (own, stored) = (key(own), key(stored));
+    if stored.0.is_none() || stored.1.is_none() {
+        return own != stored;
+    }
+    own > stored
 }
 
 /// A cause as the status shows it: the verdict's key when it looks like one (lowercase,
@@ -414,10 +442,16 @@ spec:
                     "2026-12-02T09:00:00Z",
                     &[(SBOM, "fail", "did_not_run"), (TEAMS, "pass", "")],
                 ),
+                marked(
+                    "team-b",
+                    "b3",
+                    "2026-12-02T09:30:00Z",
+                    &[(SBOM, "skip", ""), (TEAMS, "skip", "")],
+                ),
             ],
         );
         let sbom = &s[SBOM];
-        assert_eq!((sbom.passed, sbom.failed), (1, 3));
+        assert_eq!((sbom.passed, sbom.failed, sbom.skipped), (1, 3, 1));
         // Whatever key the verdict carries is counted: no list of causes here.
         assert_eq!(
             sbom.failed_by_cause,
@@ -436,11 +470,92 @@ spec:
             (sbom.window.as_str(), sbom.observed_at.as_str()),
             ("24h", "2026-12-02T12:00:00Z")
         );
-        assert_eq!((s[TEAMS].passed, s[TEAMS].failed), (1, 0));
+        assert_eq!(
+            (s[TEAMS].passed, s[TEAMS].failed, s[TEAMS].skipped),
+            (1, 0, 1)
+        );
         assert_eq!(
             (s[LINT].passed, s[LINT].failed, s[LINT].last_failure.clone()),
             (1, 0, None)
         );
+    }
+
+    /// Two replicas writing the same policy's status every period, in this order, the API
+    /// server keeping the last write. Each replica skips what it wrote last (the writer's
+    /// cache) and, with `ordered`, a count that does not supersede the stored one. Returns how
+    /// often the stored status changed, and what it was at the end of each period.
+    fn two_replicas(
+        replicas: [&dyn Fn(u32) -> VerificationStatus; 2],
+        periods: u32,
+        ordered: bool,
+    ) -> (usize, Vec<VerificationStatus>) {
+        let mut stored: Option<VerificationStatus> = None;
+        let mut written: [Option<VerificationStatus>; 2] = [None, None];
+        let (mut changes, mut settled) = (0, Vec::new());
+        for period in 0..periods {
+            for (r, count) in replicas.iter().enumerate() {
+                let own = count(period);
+                if written[r].as_ref() == Some(&own)
+                    || (ordered && !supersedes(&own, stored.as_ref()))
+                {
+                    continue;
+                }
+                if stored.as_ref() != Some(&own) {
+                    changes += 1;
+                }
+                stored = Some(own.clone());
+                written[r] = Some(own);
+            }
+            settled.extend(stored.clone());
+        }
+        (changes, settled)
+    }
+
+    fn status_at(observed_at: &str, window: &str, passed: i64) -> VerificationStatus {
+        VerificationStatus {
+            window: window.into(),
+            observed_at: observed_at.into(),
+            passed,
+            ..VerificationStatus::default()
+        }
+    }
+
+    #[test]
+    fn two_replicas_with_different_windows_or_clocks_settle_on_one_count() {
+        let end = |period: u32| format!("2026-12-02T08:{:02}:00Z", 5 * period);
+        let each = |f: &dyn Fn(u32) -> VerificationStatus| (0..6).map(f).collect::<Vec<_>>();
+        // Different windows (a rollout changing --verification-window): the same end, other
+        // counts. Without an order the status is whichever replica wrote last in the period.
+        let day = |p: u32| status_at(&end(p), "24h", 9);
+        let hour = |p: u32| status_at(&end(p), "1h", 2);
+        assert_eq!(two_replicas([&day, &hour], 6, false), (12, each(&hour)));
+        assert_eq!(two_replicas([&hour, &day], 6, false), (12, each(&day)));
+        // With it, the longer window's count whoever writes last; the shorter one's shows only
+        // between the two writes of a period when it writes first.
+        assert_eq!(two_replicas([&day, &hour], 6, true), (6, each(&day)));
+        assert_eq!(two_replicas([&hour, &day], 6, true), (12, each(&day)));
+
+        // Clocks on either side of a period boundary: one replica's window ends a period later
+        // (its count has one more verdict). Without an order the status goes back in time.
+        let ahead = |p: u32| status_at(&end(p + 1), "24h", 3);
+        let behind = |p: u32| status_at(&end(p), "24h", 2);
+        assert_eq!(
+            two_replicas([&ahead, &behind], 6, false),
+            (12, each(&behind))
+        );
+        assert_eq!(two_replicas([&ahead, &behind], 6, true), (6, each(&ahead)));
+        // (The one behind writes only before the first count of the one ahead is stored.)
+        assert_eq!(two_replicas([&behind, &ahead], 6, true), (7, each(&ahead)));
+
+        // Equal counts: written once, then left alone.
+        let same = |_: u32| status_at(&end(0), "24h", 4);
+        assert_eq!(two_replicas([&same, &same], 6, true).0, 1);
+        // A stored status that cannot be read is replaced.
+        assert!(supersedes(
+            &same(0),
+            Some(&status_at("yesterday", "24h", 1))
+        ));
+        assert!(!supersedes(&same(0), Some(&same(0))));
     }
 
     #[test]

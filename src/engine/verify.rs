@@ -28,7 +28,7 @@ use super::lookup::Lookup;
 use super::recognise::recognise_as_run;
 use super::record::{self, Record};
 use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Verdict};
-use crate::tekton::{self, ApiVersion, TaskRunView};
+use crate::tekton::{self, ApiVersion, TaskRunView, step_action};
 
 /// How one step ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -115,6 +115,10 @@ pub enum RunVerdict {
     Pass,
     /// The reason names each step and its cause.
     Fail(String),
+    /// The policy applies to the TaskRun but bookend cannot inject its steps, so nothing says
+    /// whether they ran: a policy that selects by the TaskRun's labels or origin, on a TaskRun
+    /// whose Task a resolver fetches. The reason says why and what to do.
+    Skip(String),
 }
 
 impl RunVerdict {
@@ -122,6 +126,7 @@ impl RunVerdict {
         match self {
             Self::Pass => "pass",
             Self::Fail(_) => "fail",
+            Self::Skip(_) => "skip",
         }
     }
 }
@@ -493,7 +498,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let current: Vec<&Policy> = covered.iter().filter_map(|c| c.policy).collect();
     let composed = ((from_status || covered.iter().all(|c| c.drift.is_none()))
         && !current.is_empty())
-    .then(|| compose_owners(steps, task_spec, &view, &current, set, from_status))
+    .then(|| {
+        compose_owners(
+            steps,
+            task_spec,
+            &view,
+            &current,
+            set,
+            from_status.then_some(lookup),
+        )
+    })
     .flatten();
     let by_composition = composed.is_some();
     let owners = match composed {
@@ -613,9 +627,14 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                         stop.cause_before(0)
                     )
                 } else if names.contains(missing) {
-                    "the TaskRun carries a step of that name that is not the policy's (its Task's \
-                     own, so not evidence)"
-                        .to_owned()
+                    let step_action = from_status
+                        .then(|| step_action_mismatch(cover.policy?, missing, namespace, lookup))
+                        .flatten()
+                        .unwrap_or_default();
+                    format!(
+                        "the TaskRun carries a step of that name that is not the policy's (its \
+                         Task's own, so not evidence){step_action}"
+                    )
                 } else if from_status {
                     "the Task that ran (status.taskSpec) does not carry it: it was not injected \
                      when the Task was resolved"
@@ -655,10 +674,28 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         .and_then(Value::as_str);
     for policy in set.candidates(&subject) {
         if policy.spec.mode != Mode::Enforce
-            || (remote && !policy.namespace_level_only())
             || !policy.matches(&subject)
             || covered.iter().any(|c| c.id == policy.id.to_string())
         {
+            continue;
+        }
+        if remote && !policy.namespace_level_only() {
+            // Its steps cannot go into a Task a resolver fetches: said, not left silent.
+            policies.push(PolicyRun {
+                policy: policy.id.to_string(),
+                mode: Some(policy.spec.mode),
+                steps: Vec::new(),
+                verdict: RunVerdict::Skip(format!(
+                    "org steps {} were not injected, so whether they ran is not known: the policy \
+                     selects TaskRuns by their labels or origin, which the Task a resolver fetches \
+                     does not carry when bookend injects into it (Tekton's dry-run), and \
+                     remoteTaskRef: Skip admitted the TaskRun without them; select by namespace \
+                     only, or run the Task inline or by taskRef.name",
+                    policy.step_names().collect::<Vec<_>>().join(", ")
+                )),
+                cause: None,
+                drift: None,
+            });
             continue;
         }
         let created_after =
@@ -686,16 +723,16 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
 }
 
 /// Owners by composing again, as admission does; `None` when the composition does not give
-/// back the TaskRun's steps in place. A resolved Task (`resolved`) was composed at the
-/// controller's dry-run, which knows none of the TaskRun's param values: only the Task's
-/// defaults, as here.
+/// back the TaskRun's steps in place. A resolved Task (`resolved`: the lookup its org steps'
+/// StepActions are read from) was composed at the controller's dry-run, which knows none of the
+/// TaskRun's param values: only the Task's defaults, as here.
 fn compose_owners(
     steps: &[Value],
     task_spec: &Value,
     view: &TaskRunView<'_>,
     applied: &[&Policy],
     set: &PolicySet,
-    resolved: bool,
+    resolved: Option<&dyn Lookup>,
 ) -> Option<Vec<Owner>> {
     let params_of = |holder: Option<&Value>| -> Vec<Value> {
         holder
@@ -704,7 +741,7 @@ fn compose_owners(
             .cloned()
             .unwrap_or_default()
     };
-    let run_params = if resolved {
+    let run_params = if resolved.is_some() {
         Vec::new()
     } else {
         params_of(view.spec())
@@ -717,9 +754,17 @@ fn compose_owners(
     let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
     let version = ApiVersion::V1;
     let settings = set.settings();
-    let substitutions = resolved.then(|| Substitutions::of(view, task_spec));
+    let substitutions = resolved.map(|lookup| (lookup, Substitutions::of(view, task_spec)));
+    let namespace = view.namespace().unwrap_or_default();
+    // As Tekton's controller runs it: StepActions resolved (`GetStepActionsData`), then its
+    // variables substituted.
     let as_run = |composed: &mut [Value]| {
-        if let Some(substitutions) = &substitutions {
+        if let Some((lookup, substitutions)) = &substitutions {
+            for step in composed.iter_mut() {
+                if let Ok(ran) = resolve_step_action(step, namespace, *lookup) {
+                    *step = ran;
+                }
+            }
             substitutions.apply(composed);
         }
     };
@@ -736,7 +781,7 @@ fn compose_owners(
     if !recognised.in_place {
         return None;
     }
-    if resolved && !as_dry_run_leaves_it(task_spec, &recognised.user, applied, settings) {
+    if resolved.is_some() && !as_dry_run_leaves_it(task_spec, &recognised.user, applied, settings) {
         return None;
     }
     let composed = inject::compose(recognised.user, applied, settings, version, &params);
@@ -755,6 +800,52 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// An org step with a `ref` as Tekton's controller resolves it, from the StepAction bookend's
+/// cache holds now; a step without a `ref` is returned as it is. Every field is the StepAction's
+/// or the policy's, so a step of the author's matches only when it is the org step in content.
+fn resolve_step_action(
+    step: &Value,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Result<Value, String> {
+    let Some(step_ref) = step.get("ref").filter(|r| !r.is_null()) else {
+        return Ok(step.clone());
+    };
+    let source = step_action::Source::of(step_ref);
+    let (at, name) = source.object(namespace).ok_or_else(|| {
+        format!(
+            "bookend cannot read {source} (it reads ref.name, and the cluster resolver's with literal kind stepaction, name and namespace params)"
+        )
+    })?;
+    let action = lookup
+        .step_action(&at, &name)
+        .ok_or_else(|| format!("{source} does not exist now"))?;
+    step_action::resolve(step, &action).map_err(|e| format!("{source}: {e}"))
+}
+
+/// Why an org step that is a StepAction did not match what ran, for the verdict's reason
+/// (`None` when the policy's step `name` has no `ref`).
+fn step_action_mismatch(
+    policy: &Policy,
+    name: &str,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Option<String> {
+    let step = policy
+        .pre_steps
+        .iter()
+        .chain(&policy.post_steps)
+        .find(|s| tekton::step_name(s) == Some(name))?;
+    let step_ref = step.get("ref").filter(|r| !r.is_null())?;
+    Some(match resolve_step_action(step, namespace, lookup) {
+        Err(why) => format!("; the org step is a StepAction: {why}"),
+        Ok(_) => format!(
+            "; the org step is {}, and what ran is not it as it is now: it changed since the run, or the step is not the StepAction's",
+            step_action::Source::of(step_ref)
+        ),
+    })
 }
 
 /// Whether a resolved Task (`status.taskSpec`) is one bookend's dry-run mutation could have

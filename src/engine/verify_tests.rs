@@ -98,7 +98,9 @@ fn outcome_of(run: &PolicyRun, step: &str) -> StepOutcome {
 fn fail_reason(run: &PolicyRun) -> &str {
     match &run.verdict {
         RunVerdict::Fail(r) => r,
-        RunVerdict::Pass => panic!("{} passed: {run:#?}", run.policy),
+        RunVerdict::Pass | RunVerdict::Skip(_) => {
+            panic!("{} did not fail: {run:#?}", run.policy)
+        }
     }
 }
 
@@ -733,6 +735,11 @@ fn finish_remote(
     object
 }
 
+/// Every step of `task_spec` completed.
+fn all_completed(task_spec: &Value) -> Vec<Value> {
+    step_names(task_spec).iter().map(|n| completed(n)).collect()
+}
+
 fn step_names(task_spec: &Value) -> Vec<String> {
     task_spec["steps"]
         .as_array()
@@ -843,7 +850,7 @@ fn a_remote_task_without_the_org_steps_fails_whatever_its_steps_are_named() {
     let fake = |name: &str| json!({"name": name, "image": "busybox", "script": "exit 0"});
     let forged = json!({"steps": [fake("bookend-setup"), {"name": "build", "image": "go"},
                                   fake("bookend-notify"), fake("bookend-sbom-upload")]});
-    let steps = step_names(&forged).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&forged);
     let v = verified(
         &set,
         &finish_remote(object, &forged, true, "Succeeded", steps),
@@ -877,7 +884,8 @@ fn a_remote_task_never_resolved_fails_with_the_taskruns_reason() {
 }
 
 /// Policies that select by the TaskRun's labels never reach a resolved Task (the TaskRun's
-/// admission skipped or refused them by their remoteTaskRef): not a verdict of their own.
+/// admission skipped or refused them by their remoteTaskRef): a `skip` that says so, no cause,
+/// and only where the policy applies to the TaskRun.
 /// A policy changed between the TaskRun's CREATE and its resolution injected its new steps:
 /// composing again with it finds them (drift reported, verdict from what ran).
 #[test]
@@ -888,10 +896,7 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
     let set = policies(&labelled);
     let (mut object, task_spec) = remote(&set);
     object["metadata"]["labels"]["team"] = json!("a");
-    let steps = step_names(&task_spec)
-        .iter()
-        .map(|n| completed(n))
-        .collect();
+    let steps = all_completed(&task_spec);
     let v = verified(
         &set,
         &finish_remote(object.clone(), &task_spec, true, "Succeeded", steps),
@@ -901,7 +906,42 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
             .iter()
             .map(|p| p.policy.as_str())
             .collect::<Vec<_>>(),
-        ["ClusterStepPolicy/sbom", "ClusterStepPolicy/notify"],
+        [
+            "ClusterStepPolicy/sbom",
+            "ClusterStepPolicy/notify",
+            "ClusterStepPolicy/labelled"
+        ],
+        "{v:#?}"
+    );
+    let labelled_run = policy(&v, "ClusterStepPolicy/labelled");
+    let RunVerdict::Skip(why) = &labelled_run.verdict else {
+        panic!("{labelled_run:#?}");
+    };
+    assert!(
+        why.starts_with("org steps bookend-labelled were not injected")
+            && why.contains("labels or origin")
+            && why.contains("remoteTaskRef: Skip"),
+        "{why}"
+    );
+    assert_eq!((labelled_run.cause, &labelled_run.drift), (None, &None));
+    assert!(labelled_run.steps.is_empty());
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/sbom").verdict,
+        RunVerdict::Pass
+    );
+    // Without the label the policy does not apply: no verdict at all.
+    let mut unlabelled = object.clone();
+    unlabelled["metadata"]["labels"]
+        .as_object_mut()
+        .unwrap()
+        .remove("team");
+    let steps = all_completed(&task_spec);
+    let v = verified(
+        &set,
+        &finish_remote(unlabelled, &task_spec, true, "Succeeded", steps),
+    );
+    assert!(
+        !v.policies.iter().any(|p| p.policy.ends_with("labelled")),
         "{v:#?}"
     );
     // notify's spec changes after the TaskRun's CREATE, before its resolution.
@@ -910,7 +950,7 @@ fn a_remote_taskrun_answers_only_for_the_policies_its_resolution_applies() {
         "postSteps: [{name: bookend-notify, image: alpine:3}]",
     ));
     let (_, new_spec) = remote(&changed);
-    let steps = step_names(&new_spec).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&new_spec);
     let v = verified(
         &changed,
         &finish_remote(object, &new_spec, true, "Succeeded", steps),
@@ -932,7 +972,7 @@ fn a_resolved_task_is_recognised_after_tektons_substitution() {
             .contains("/tekton/steps/step-bookend-gate-1/results/ok"),
         "{ran}"
     );
-    let steps = step_names(&ran).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&ran);
     let v = verified(
         &set,
         &finish_remote(object.clone(), &ran, true, "Succeeded", steps),
@@ -950,7 +990,7 @@ fn a_resolved_task_is_recognised_after_tektons_substitution() {
         .to_string()
         .replace("/tekton/steps/step-bookend-gate-1/results/ok", "/dev/null");
     *gate = serde_json::from_str(&text).unwrap();
-    let steps = step_names(&tampered).iter().map(|n| completed(n)).collect();
+    let steps = all_completed(&tampered);
     let v = verified(
         &set,
         &finish_remote(object, &tampered, true, "Succeeded", steps),

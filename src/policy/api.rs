@@ -186,6 +186,11 @@ pub struct VerificationStatus {
     pub passed: i64,
     /// TaskRuns whose org steps of this policy did not.
     pub failed: i64,
+    /// TaskRuns the policy applies to whose org steps bookend could not inject, so nothing says
+    /// whether they ran (a policy that selects by labels or origin, on a TaskRun whose Task a
+    /// resolver fetches).
+    #[serde(default)]
+    pub skipped: i64,
     /// `failed` by cause (`did_not_run`, `not_injected`, `failed`, …), as the verdict names it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub failed_by_cause: BTreeMap<String, i64>,

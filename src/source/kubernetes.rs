@@ -25,9 +25,10 @@ use crate::engine::{
     refuses_inline_task_spec,
 };
 use crate::metrics::Metrics;
+use crate::policy::api::VerificationStatus;
 use crate::policy::load::policy_set_from_objects;
 use crate::policy::select::Labels;
-use crate::policy::{PolicySet, Settings};
+use crate::policy::{PolicyId, PolicySet, Settings};
 use crate::tekton::TaskObject;
 use crate::tekton::cluster::{Cluster, FeatureFlags, Version};
 
@@ -152,6 +153,11 @@ impl Lookup for ClusterLookup {
         Some(self.step_actions.get(&key).is_some())
     }
 
+    fn step_action(&self, namespace: &str, name: &str) -> Option<Value> {
+        let key = ObjectRef::new_with(name, step_action_resource()).within(namespace);
+        serde_json::to_value(self.step_actions.get(&key)?.as_ref()).ok()
+    }
+
     fn inline_task_spec_refused(&self) -> bool {
         self.feature_flags.state().iter().any(|flags| {
             flags
@@ -179,6 +185,9 @@ pub struct KubernetesSource {
     current: Arc<ArcSwap<Snapshot>>,
     ready: Arc<AtomicBool>,
     taskruns: ApiTaskRuns,
+    /// The ClusterStepPolicies and StepPolicies as watched, status included.
+    cluster_policies: Store<DynamicObject>,
+    step_policies: Store<DynamicObject>,
 }
 
 impl PolicySource for KubernetesSource {
@@ -193,6 +202,29 @@ impl PolicySource for KubernetesSource {
     fn task_runs(&self) -> Option<&dyn TaskRunReader> {
         Some(&self.taskruns)
     }
+
+    fn stored_verification(&self, policy: &PolicyId) -> Option<VerificationStatus> {
+        stored_verification(&self.cluster_policies, &self.step_policies, policy)
+    }
+}
+
+/// A policy's `status.verification` in the watched policies; `None` when the policy or its
+/// status is not there or not readable.
+fn stored_verification(
+    cluster_policies: &Store<DynamicObject>,
+    step_policies: &Store<DynamicObject>,
+    policy: &PolicyId,
+) -> Option<VerificationStatus> {
+    let object = match policy {
+        PolicyId::Cluster { name } => {
+            cluster_policies.get(&ObjectRef::new_with(name, cluster_policy_resource()))
+        }
+        PolicyId::Namespaced { namespace, name } => {
+            step_policies.get(&ObjectRef::new_with(name, step_policy_resource()).within(namespace))
+        }
+    }?;
+    let status = object.data.get("status")?.get("verification")?;
+    serde_json::from_value(status.clone()).ok()
 }
 
 /// TaskRuns read with one GET each.
@@ -365,6 +397,7 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         metrics.clone(),
     );
 
+    let watched_policies = (cluster_policies.clone(), step_policies.clone());
     let (rebuilt, now_ready) = (current.clone(), ready.clone());
     tokio::spawn(async move {
         // Not ready (no policy set) until bookend knows who it is: the marks webhook lets only
@@ -529,6 +562,8 @@ pub fn start(client: Client, settings: Settings, metrics: Metrics) -> Kubernetes
         current,
         ready,
         taskruns,
+        cluster_policies: watched_policies.0,
+        step_policies: watched_policies.1,
     }
 }
 
@@ -596,6 +631,49 @@ mod tests {
             kind: ar.kind.clone(),
         });
         o
+    }
+
+    #[test]
+    fn the_stored_verification_is_read_from_the_watched_policy() {
+        let verification = json!({"window": "24h", "observedAt": "2026-12-02T08:05:00Z",
+                                   "passed": 2, "failed": 1, "skipped": 0});
+        let cluster = store_of(
+            cluster_policy_resource(),
+            vec![dynamic(
+                json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "ClusterStepPolicy",
+                       "metadata": {"name": "org"}, "spec": {},
+                       "status": {"verification": verification}}),
+                &cluster_policy_resource(),
+            )],
+        );
+        let namespaced = store_of(
+            step_policy_resource(),
+            vec![dynamic(
+                json!({"apiVersion": "bookend.dev/v1alpha1", "kind": "StepPolicy",
+                       "metadata": {"name": "org", "namespace": "team-a"}, "spec": {},
+                       "status": {"verification": {"window": 3}}}),
+                &step_policy_resource(),
+            )],
+        );
+        let stored = |id: PolicyId| stored_verification(&cluster, &namespaced, &id);
+        let found = stored(PolicyId::Cluster { name: "org".into() }).unwrap();
+        assert_eq!(
+            (found.passed, found.failed, found.window.as_str()),
+            (2, 1, "24h")
+        );
+        // Another kind's object of that name, unreadable, or absent: nothing stored.
+        let namespaced_id = |ns: &str| PolicyId::Namespaced {
+            namespace: ns.into(),
+            name: "org".into(),
+        };
+        assert_eq!(stored(namespaced_id("team-a")), None);
+        assert_eq!(stored(namespaced_id("team-b")), None);
+        assert_eq!(
+            stored(PolicyId::Cluster {
+                name: "other".into()
+            }),
+            None
+        );
     }
 
     fn lookup() -> ClusterLookup {

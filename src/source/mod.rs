@@ -14,7 +14,8 @@ use futures_util::future::BoxFuture;
 use serde_json::Value;
 
 use crate::engine::Lookup;
-use crate::policy::PolicySet;
+use crate::policy::api::VerificationStatus;
+use crate::policy::{PolicyId, PolicySet};
 
 /// One consistent view for a review: the policies and the objects refs resolve against.
 pub struct Snapshot {
@@ -39,6 +40,12 @@ pub trait PolicySource: Send + Sync {
     /// Reads TaskRuns from the API server, for the Pod backstop; `None` when this source cannot
     /// (files).
     fn task_runs(&self) -> Option<&dyn TaskRunReader> {
+        None
+    }
+
+    /// The policy's `status.verification` as this source last saw it (kubernetes: its watch),
+    /// so a replica does not overwrite a count that supersedes its own; `None` when unknown.
+    fn stored_verification(&self, _policy: &PolicyId) -> Option<VerificationStatus> {
         None
     }
 }

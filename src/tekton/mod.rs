@@ -9,9 +9,44 @@ pub mod cluster;
 pub mod merge;
 /// The TaskRuns a PipelineRun's controller creates (`bookend render` of a PipelineRun).
 pub mod pipeline;
+/// A StepAction step as Tekton's controller resolves it (`status.taskSpec`).
+pub mod step_action;
 
 /// API group of Tekton's pipeline resources.
 pub const GROUP: &str = "tekton.dev";
+
+/// `text` with each `$(key)` that `value_of` knows replaced, as Tekton's
+/// `substitution.ApplyReplacements` (Go's `strings.Replacer`): one pass, left to right, so a
+/// substituted value is never looked at again; an unknown `$(…)` is left as written.
+pub(crate) fn replace_variables<'v>(
+    text: &str,
+    value_of: impl Fn(&str) -> Option<&'v str>,
+) -> String {
+    if !text.contains("$(") {
+        return text.to_owned();
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("$(") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        match after
+            .find(')')
+            .and_then(|end| Some((end, value_of(&after[..end])?)))
+        {
+            Some((end, value)) => {
+                out.push_str(value);
+                rest = &after[end + 1..];
+            }
+            None => {
+                out.push_str("$(");
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
 /// Label Tekton's controller puts on TaskRuns that run a referenced Task.
 pub const TASK_LABEL: &str = "tekton.dev/task";
 /// Annotation that carries a trusted-resources signature on a Task.

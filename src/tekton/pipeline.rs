@@ -616,27 +616,7 @@ impl Replacements {
 
     /// Replaces every `$(key)` in a string.
     fn apply_str(&self, text: &str) -> String {
-        if !text.contains("$(") {
-            return text.to_owned();
-        }
-        let mut out = String::with_capacity(text.len());
-        let mut rest = text;
-        while let Some(start) = rest.find("$(") {
-            out.push_str(&rest[..start]);
-            let after = &rest[start + 2..];
-            match after.find(')') {
-                Some(end) if self.strings.contains_key(&after[..end]) => {
-                    out.push_str(&self.strings[&after[..end]]);
-                    rest = &after[end + 1..];
-                }
-                _ => {
-                    out.push_str("$(");
-                    rest = after;
-                }
-            }
-        }
-        out.push_str(rest);
-        out
+        super::replace_variables(text, |key| self.strings.get(key).map(String::as_str))
     }
 
     /// `key` when `text` is exactly `$(key[*])` (a whole array or object).

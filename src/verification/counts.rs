@@ -9,7 +9,10 @@
 //! boundary and writes every policy's counts with server-side apply under one field manager of
 //! its own. Replicas count the same marks up to the same instant, so their applies are equal
 //! and the API server stores the first and finds the others unchanged: no leader is needed, and
-//! a policy's status changes once a period, not once per replica.
+//! a policy's status changes once a period, not once per replica. Where their counts differ
+//! (clocks across a period boundary, different windows during a rollout) a replica writes only
+//! a count that supersedes the stored one ([`supersedes`]: later end, longer window, more
+//! verdicts), so the status settles on one count instead of flapping between replicas.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -21,7 +24,7 @@ use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use serde_json::json;
 
 use crate::engine::record;
-use crate::engine::verdict_counts::{Skipped, Tally, window_end};
+use crate::engine::verdict_counts::{Skipped, Tally, supersedes, window_end};
 use crate::metrics::Metrics;
 use crate::policy::PolicyId;
 use crate::policy::api::{API_VERSION, VerificationStatus};
@@ -142,7 +145,9 @@ async fn write(
         let Some(status) = statuses.remove(&key) else {
             continue;
         };
-        if written.get(&key) == Some(&status) {
+        if written.get(&key) == Some(&status)
+            || !supersedes(&status, source.stored_verification(&policy.id).as_ref())
+        {
             continue;
         }
         let (api, kind, name, namespace): (Api<DynamicObject>, _, _, _) = match &policy.id {

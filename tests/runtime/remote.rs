@@ -29,7 +29,8 @@ const DRY_RUN_ENTRY: &str = "tasks-dryrun.mutate.bookend.dev";
 
 /// `rt-remote` has only namespace-level criteria, so the dry-run path injects it;
 /// `rt-remote-labelled` also selects TaskRuns by label, which a dry-run Task does not carry, so
-/// it cannot apply to a remote Task (nor does the Pod backstop require its step).
+/// it cannot apply to a remote Task (nor does the Pod backstop require its step): its verdict
+/// on the labelled TaskRuns is `skip`.
 pub fn policies() -> Vec<Value> {
     vec![
         cluster_policy(
@@ -124,6 +125,13 @@ fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
         .filter_map(|l| l.split("outcome=\"").nth(1)?.split('"').next())
         .map(str::to_owned)
         .collect()
+}
+
+/// Runs the catalog's Task through the cluster resolver in `namespace` (the Task created first
+/// if missing), for scenarios whose policies cover another namespace.
+pub fn run_catalog_task(env: &Env, namespace: &str, name: &str) -> Finished {
+    ensure_task(env);
+    env.run_one(&remote_taskrun_of(namespace, name, TASK))
 }
 
 /// Creates the catalog's Tasks (or leaves them as they are).
@@ -223,14 +231,19 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
             "bookend's reviews of {pod_name}"
         );
     });
-    checks.check("verified after the run: pass", || {
-        // The label-selected policy never reaches a resolved Task: no verdict of its own.
+    checks.check("verified after the run: pass, and skip for the label-selected policy", || {
+        // The label-selected policy never reaches a resolved Task: its steps were not
+        // injected, and its verdict says so (`skip`), not silence.
         assert_eq!(
             mark(env, &run),
-            json!({"ClusterStepPolicy/rt-remote": "pass"})
+            json!({"ClusterStepPolicy/rt-remote": "pass", "ClusterStepPolicy/rt-remote-labelled": "skip"})
         );
-        let ran = event(env, &run, "OrgStepsRan");
-        assert!(ran.contains("bookend-remote-post"), "{ran}");
+        let said = event(env, &run, "OrgStepsNotVerified");
+        assert!(
+            said.starts_with("ClusterStepPolicy/rt-remote-labelled: not verified: org steps bookend-remote-labelled were not injected")
+                && said.contains("ClusterStepPolicy/rt-remote: bookend-remote-pre, bookend-remote-post"),
+            "{said}"
+        );
     });
     if let Some(slow) = &slow {
         checks.check(
@@ -269,7 +282,7 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
     );
     format!(
         "{name}: cluster resolver, dry-run mutation: ran {:?}; the label-selected policy's step \
-         not injected nor required; verified: pass; {slow}",
+         not injected nor required; verified: pass, the label-selected policy skip; {slow}",
         run.trace(env),
     )
 }
@@ -406,7 +419,7 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
         || {
             assert_eq!(
                 mark(env, &run),
-                json!({"ClusterStepPolicy/rt-remote": "fail"})
+                json!({"ClusterStepPolicy/rt-remote": "fail", "ClusterStepPolicy/rt-remote-labelled": "skip"})
             );
             let why = event(env, &run, "OrgStepsDidNotRun");
             assert!(

@@ -551,8 +551,27 @@ pub fn scenario_step_action(ctx: &mut Ctx) -> String {
     assert_condition(env, &run, s, r, m);
     assert_steps(env, &run, &completed(&["bookend-via-action", "build"]));
     assert_trace(env, &run, &["stepaction-pre", "build"]);
+    // The same policy on a TaskRun whose Task comes through the cluster resolver: injected at
+    // the controller's dry-run, and verified from `status.taskSpec`, where Tekton's controller
+    // stores the StepAction resolved (bookend resolves it the same way to recognise it).
+    let remote = remote::run_catalog_task(env, STEPACTION, "stepaction-remote");
+    assert_condition(env, &remote, s, r, m);
+    let ran = &remote.object["status"]["taskSpec"]["steps"][0];
+    assert!(
+        ran["ref"].is_null()
+            && ran["args"][0]
+                .as_str()
+                .is_some_and(|a| a.contains("stepaction-pre")),
+        "Tekton stores the StepAction resolved: {ran}"
+    );
+    assert_eq!(
+        crate::verification::mark(env, &remote),
+        json!({"ClusterStepPolicy/rt-stepaction": "pass"}),
+        "status.taskSpec: {}",
+        remote.object["status"]["taskSpec"]
+    );
     "the StepAction pre-step (cluster resolver, the catalog namespace) ran with its param \
-     (stepaction-pre), then build"
+     (stepaction-pre), then build; on a remote Task, verified from the resolved StepAction: pass"
         .to_owned()
 }
 

@@ -17,8 +17,9 @@
 //! bookend's dry-run mutation made of it, when that ran): whatever the author puts in that Task
 //! (look-alikes of org steps, exact copies, steps in any order) and however its steps end, a
 //! policy passes only if each of its steps is in the Task exactly as bookend's dry-run writes it
-//! and its pre-steps and Always post-steps completed; and every policy of the record gets a
-//! verdict.
+//! (an org step that is a StepAction: exactly as Tekton's controller resolves that StepAction,
+//! and the StepAction unchanged since the run) and its pre-steps and Always post-steps
+//! completed; and every policy of the record gets a verdict.
 //!
 //! Where the webhooks do not run, anyone writes any mark. Invariant of the policies' counts
 //! (`status.verification`): a mark counts for a policy only on a TaskRun in a namespace where
@@ -419,6 +420,43 @@ enum AuthorStep {
     LookAlike(&'static str),
     /// An exact copy of an org step as bookend's dry-run writes it.
     Copy(&'static str),
+    /// The org StepAction step as Tekton resolves it, written inline by the author, with
+    /// `field` set to `value` (`None`: removed); an unchanged field gives the exact resolution.
+    ResolvedAlike(&'static str, Option<Value>),
+}
+
+/// An org policy whose pre-step is a StepAction of the platform's namespace.
+const STEP_ACTION_POLICY: &str = r#"
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org-clone}
+spec:
+  priority: 15
+  match: {namespaces: ["team-*"]}
+  preSteps:
+    - name: bookend-clone
+      ref: {resolver: cluster, params: [{name: kind, value: stepaction}, {name: name, value: git-clone}, {name: namespace, value: platform}]}
+      params: [{name: depth, value: "1"}]
+"#;
+
+/// The StepAction `org-clone` names, with `script`.
+fn clone_step_action(script: &str) -> Value {
+    json!({"apiVersion": "tekton.dev/v1beta1", "kind": "StepAction",
+           "metadata": {"name": "git-clone", "namespace": "platform"},
+           "spec": {"image": "registry.example/git:2", "script": script,
+                    "env": [{"name": "DEPTH", "value": "$(params.depth)"}],
+                    "params": [{"name": "depth", "default": "50"}]}})
+}
+
+const CLONE_SCRIPT: &str = "git clone --depth $(params.depth) https://git.example/src";
+
+/// `bookend-clone` as Tekton's controller stores it in `status.taskSpec`, written out by hand
+/// from Tekton's rules (the StepAction's fields, its `$(params.depth)` the policy's `1`).
+fn resolved_clone() -> Value {
+    json!({"name": "bookend-clone", "image": "registry.example/git:2",
+           "script": "git clone --depth 1 https://git.example/src",
+           "env": [{"name": "DEPTH", "value": "1"}]})
 }
 
 /// How a step of the Task that ran ended, in Tekton's status.
@@ -432,19 +470,35 @@ enum Ending {
     NoState,
 }
 
-const ORG_STEPS: [&str; 4] = [
+const ORG_STEPS: [&str; 5] = [
     "bookend-creds",
     "bookend-team-lint",
     "bookend-sbom",
     "bookend-upload",
+    "bookend-clone",
 ];
 
 fn author_step() -> impl Strategy<Value = AuthorStep> {
+    let field =
+        prop::sample::select(&["image", "script", "env", "workingDir", "onError", "name"][..]);
+    let value = prop_oneof![
+        Just(None),
+        Just(Some(json!(""))),
+        Just(Some(json!("continue"))),
+        Just(Some(json!("registry.example/git:evil"))),
+        Just(Some(json!("git clone --depth 50 https://git.example/src"))),
+        Just(Some(json!(CLONE_SCRIPT))),
+        Just(Some(json!([{"name": "DEPTH", "value": "50"}]))),
+        Just(Some(
+            json!([{"name": "DEPTH", "value": "1"}, {"name": "GIT_SSH_COMMAND", "value": "evil"}])
+        )),
+    ];
     prop_oneof![
         4 => Just(AuthorStep::Build),
         2 => Just(AuthorStep::Test),
         2 => prop::sample::select(&ORG_STEPS[..]).prop_map(AuthorStep::LookAlike),
         2 => prop::sample::select(&ORG_STEPS[..]).prop_map(AuthorStep::Copy),
+        2 => (field, value).prop_map(|(f, v)| AuthorStep::ResolvedAlike(f, v)),
     ]
 }
 
@@ -480,11 +534,22 @@ fn dry_run(set: &PolicySet, steps: &[Value]) -> Option<Value> {
     }
 }
 
-/// A Task spec as Tekton's controller stores it in `status.taskSpec`: its variables
-/// substituted (here the step result paths bookend's gates write to).
+/// A Task spec as Tekton's controller stores it in `status.taskSpec`: the org StepAction
+/// resolved (the only `ref` here) and its variables substituted (here the step result paths
+/// bookend's gates write to).
 fn as_tekton_stores(spec: &Value) -> Value {
     let mut spec = spec.clone();
     for step in spec["steps"].as_array_mut().into_iter().flatten() {
+        if step.get("ref").is_some() {
+            assert_eq!(step["name"], "bookend-clone", "{step}");
+            let mut resolved = resolved_clone();
+            for key in ["onError", "when", "timeout"] {
+                if let Some(v) = step.get(key) {
+                    resolved[key] = v.clone();
+                }
+            }
+            *step = resolved;
+        }
         let name = step["name"].as_str().unwrap_or_default().to_owned();
         let text = step.to_string().replace(
             "$(step.results.ok.path)",
@@ -511,8 +576,25 @@ fn step_state(name: &str, ending: Ending) -> Option<Value> {
 
 #[test]
 fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
-    let set = policies_knowing_bookend();
-    let catalog = catalog();
+    let set = {
+        let settings = Settings {
+            own_user: Some(BOOKEND.to_owned()),
+            ..Settings::default()
+        };
+        let yaml = format!("{}{STEP_ACTION_POLICY}", cases::POLICIES);
+        let loaded = policy_set_from_yaml("security.yaml", &yaml, settings);
+        assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+        loaded.set
+    };
+    let catalog_with = |script: &str| {
+        let mut c = catalog();
+        c.add_objects(&[clone_step_action(script)], "platform");
+        c
+    };
+    let catalog = catalog_with(CLONE_SCRIPT);
+    // The StepAction as bookend reads it at verification when it changed since the run.
+    let changed_catalog =
+        catalog_with("git clone --depth $(params.depth) https://git.example/other");
     let config = Config {
         cases: super::invariant::cases(),
         failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
@@ -531,15 +613,16 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
             .cloned()
             .unwrap_or_else(|| panic!("{name} in {reference}"))
     };
-    let counts = std::cell::RefCell::new([0usize; 3]);
+    let counts = std::cell::RefCell::new([0usize; 4]);
     let strategy = (
         prop::collection::vec(author_step(), 1..5),
         any::<bool>(),
         prop::collection::vec(ending(), 16),
         any::<bool>(),
         prop::collection::vec(edit(), 0..4),
+        prop::bool::weighted(0.2),
     );
-    proptest!(config, |((author, mutated, endings, succeeded, edits) in strategy)| {
+    proptest!(config, |((author, mutated, endings, succeeded, edits, action_changed) in strategy)| {
         let mut created = remote_taskrun();
         for e in &edits {
             apply(&mut created, e);
@@ -563,11 +646,25 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
                 AuthorStep::Test => json!({"name": "test", "image": "golang", "script": "go test ./..."}),
                 AuthorStep::LookAlike(name) => json!({"name": name, "image": "busybox", "script": "exit 0"}),
                 AuthorStep::Copy(name) => org_step(name),
+                AuthorStep::ResolvedAlike(field, value) => {
+                    let mut step = resolved_clone();
+                    match value {
+                        Some(v) => step[*field] = v.clone(),
+                        None => {
+                            step.as_object_mut().unwrap().remove(*field);
+                        }
+                    }
+                    step
+                }
             })
             .collect();
         // The Task that ran: the dry-run's answer, or the author's own when the mutation did
         // not run (the Pod backstop in warn mode let its Pod through); none when refused.
-        let ran = if mutated { dry_run(&set, &steps) } else { Some(json!({"steps": steps})) };
+        let ran = if mutated {
+            dry_run(&set, &steps)
+        } else {
+            Some(as_tekton_stores(&json!({"steps": steps})))
+        };
         let mut status = json!({"conditions": [{"type": "Succeeded",
             "status": if succeeded && ran.is_some() { "True" } else { "False" },
             "reason": if ran.is_some() { if succeeded { "Succeeded" } else { "Failed" } } else { "TaskRunResolutionFailed" },
@@ -581,7 +678,8 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
         }
         stored["status"] = status;
 
-        let v = verify(&stored, &set, &catalog).expect("a finished TaskRun is verified");
+        let lookup = if action_changed { &changed_catalog } else { &catalog };
+        let v = verify(&stored, &set, lookup).expect("a finished TaskRun is verified");
         // Every policy the record names gets a verdict.
         for entry in &record.policies {
             prop_assert!(v.policies.iter().any(|p| p.policy == entry.policy), "{} {:?}", entry.policy, v);
@@ -600,7 +698,12 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
                 let carried: Vec<&Value> = spec["steps"].as_array().unwrap().iter()
                     .filter(|s| s["name"] == name).collect();
                 prop_assert_eq!(carried.len(), 1, "{} once in {}", name, spec);
-                prop_assert_eq!(carried[0], &org_step(name), "{} as bookend writes it", name);
+                if name == "bookend-clone" {
+                    prop_assert!(!action_changed, "passed against a StepAction changed since the run");
+                    counts.borrow_mut()[3] += 1;
+                }
+                let want = as_tekton_stores(&json!({"steps": [org_step(name)]}))["steps"][0].clone();
+                prop_assert_eq!(carried[0], &want, "{} as bookend writes it (Tekton resolves it)", name);
                 let must_complete = i < policy.spec.pre_steps.len() || always;
                 if must_complete {
                     let state = stored["status"]["steps"].as_array().unwrap().iter()
@@ -616,12 +719,12 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
             counts.borrow_mut()[2] += 1;
         }
     });
-    let [passes, fails, unmutated] = counts.into_inner();
+    let [passes, fails, unmutated, step_action_passes] = counts.into_inner();
     eprintln!(
-        "resolved Tasks: {passes} passes, {fails} fails ({unmutated} Tasks without the dry-run mutation)"
+        "resolved Tasks: {passes} passes ({step_action_passes} of the StepAction policy), {fails} fails ({unmutated} Tasks without the dry-run mutation)"
     );
     assert!(
-        passes > 0 && fails > 0 && unmutated > 0,
-        "the generator reaches both verdicts"
+        passes > 0 && fails > 0 && unmutated > 0 && step_action_passes > 0,
+        "the generator reaches both verdicts, the StepAction policy's pass included"
     );
 }
