@@ -132,11 +132,7 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
             let carries_param = object
                 .pointer("/spec/params")
                 .and_then(Value::as_array)
-                .is_some_and(|params| {
-                    params.iter().any(|p| {
-                        p.get("name").and_then(Value::as_str) == Some(crate::engine::record::PARAM)
-                    })
-                });
+                .is_some_and(|params| params.iter().any(crate::engine::record::is_record_param));
             let spec_changes =
                 changes(&|op| op.path().starts_with("/spec") && !is_params_path(op.path()));
             if !spec_changes.is_empty() {

@@ -303,8 +303,7 @@ pub(super) fn params_with_record(
         Some(_) => return None,
     };
     let ours = record.map(|text| serde_json::json!({"name": record::PARAM, "value": text}));
-    let named_ours = |p: &Value| p.get("name").and_then(Value::as_str) == Some(record::PARAM);
-    let mut carried = existing.iter().filter(|p| named_ours(p));
+    let mut carried = existing.iter().filter(|p| record::is_record_param(p));
     let settled = match (&ours, carried.next(), carried.next()) {
         (None, None, _) => true,
         (Some(ours), Some(only), None) => only == ours,
@@ -316,7 +315,7 @@ pub(super) fn params_with_record(
     let mut params: Vec<Value> = Vec::with_capacity(existing.len() + 1);
     let mut ours = ours;
     for param in existing {
-        if !named_ours(param) {
+        if !record::is_record_param(param) {
             params.push(param.clone());
         } else if let Some(ours) = ours.take() {
             params.push(ours);

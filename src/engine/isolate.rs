@@ -397,7 +397,7 @@ pub fn check_task_spec(
 fn check_record_param(task_spec: &Value) -> Result<(), Denial> {
     match list(task_spec.get("params"))
         .iter()
-        .position(|p| p.get("name").and_then(Value::as_str) == Some(record::PARAM))
+        .position(record::is_record_param)
     {
         Some(i) => Err(Denial::field(
             format!("spec.taskSpec.params[{i}].name"),

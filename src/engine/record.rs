@@ -10,6 +10,11 @@ pub const ANNOTATION: &str = "bookend.dev/injected";
 /// its annotations (docs/provenance.md). bookend writes it with the record and removes one it
 /// did not write; it never reads it back.
 pub const PARAM: &str = "bookend-injected";
+
+/// Whether a param (of a TaskRun or a Task) is named [`PARAM`].
+pub fn is_record_param(param: &serde_json::Value) -> bool {
+    param.get("name").and_then(serde_json::Value::as_str) == Some(PARAM)
+}
 /// Label bookend sets beside the record, so that the post-run watch selects only the TaskRuns
 /// it injected into (a label selector: the API server filters, bookend caches nothing else).
 /// The author cannot opt out by writing it: bookend sets it with the record and removes it with

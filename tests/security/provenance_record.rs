@@ -134,16 +134,12 @@ fn authored() -> impl Strategy<Value = Authored> {
         })
 }
 
-fn named_ours(param: &Value) -> bool {
-    param.get("name").and_then(Value::as_str) == Some(record::PARAM)
-}
-
 /// The params that are not bookend's record param, as they are.
 fn others(object: &Value) -> Option<Vec<Value>> {
     match object.pointer("/spec/params") {
         None | Some(Value::Null) => Some(Vec::new()),
         Some(Value::Array(params)) => {
-            Some(params.iter().filter(|p| !named_ours(p)).cloned().collect())
+            Some(params.iter().filter(|p| !record::is_record_param(p)).cloned().collect())
         }
         Some(_) => None,
     }
@@ -173,7 +169,7 @@ fn check(set: &PolicySet, input: &Value, decision: &Decision) -> Result<(), Stri
     let ours: Vec<&Value> = admitted
         .pointer("/spec/params")
         .and_then(Value::as_array)
-        .map(|p| p.iter().filter(|p| named_ours(p)).collect())
+        .map(|p| p.iter().filter(|p| record::is_record_param(p)).collect())
         .unwrap_or_default();
     match annotation {
         None if ours.is_empty() => return Ok(()),
@@ -246,7 +242,7 @@ fn check(set: &PolicySet, input: &Value, decision: &Decision) -> Result<(), Stri
 fn tampered(admitted: &Value, tamper: &Tamper) -> Option<Value> {
     let mut object = admitted.clone();
     let params = object.pointer_mut("/spec/params")?.as_array_mut()?;
-    let at = params.iter().position(named_ours)?;
+    let at = params.iter().position(record::is_record_param)?;
     match tamper {
         Tamper::Keep => return None,
         Tamper::Drop => {
