@@ -138,9 +138,13 @@ fn authored() -> impl Strategy<Value = Authored> {
 fn others(object: &Value) -> Option<Vec<Value>> {
     match object.pointer("/spec/params") {
         None | Some(Value::Null) => Some(Vec::new()),
-        Some(Value::Array(params)) => {
-            Some(params.iter().filter(|p| !record::is_record_param(p)).cloned().collect())
-        }
+        Some(Value::Array(params)) => Some(
+            params
+                .iter()
+                .filter(|p| !record::is_record_param(p))
+                .cloned()
+                .collect(),
+        ),
         Some(_) => None,
     }
 }

@@ -95,3 +95,29 @@ fn a_task_declaring_the_record_param_is_refused() {
     // No policy applies: nothing of bookend's to carry, the Task's business.
     assert_eq!(run(&policies(""), &object).outcome, Outcome::Admitted);
 }
+
+/// The Task a resolver returns, at Tekton's controller's dry-run: the same refusal.
+#[test]
+fn a_resolved_task_declaring_the_record_param_is_refused() {
+    let set = policies(PRE_POST);
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "3f1c", "namespace": "team-a"},
+        "spec": {"params": [{"name": "bookend-injected"}], "steps": [{"name": "build", "image": "go"}]}});
+    let d = decide_resolved_task(
+        Request {
+            dry_run: true,
+            ..request(&task)
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(d.outcome, Outcome::Denied, "{:?}", d.patch);
+    assert!(
+        d.message
+            .as_deref()
+            .unwrap_or_default()
+            .contains("param \"bookend-injected\" is bookend's"),
+        "{:?}",
+        d.message
+    );
+}
