@@ -1132,11 +1132,13 @@ fn render_previews_a_pipelinerun_per_pipeline_task() {
         ]
     );
     // The matrix value, the pipeline's default param and the context, substituted; the org's
-    // step first in every TaskRun, the referenced Task inlined.
+    // step first in every TaskRun, the referenced Task inlined; bookend's record last.
     assert_eq!(
         task_runs[1]["spec"]["params"],
         serde_json::json!([{"name": "goos", "value": "darwin"},
-                           {"name": "package", "value": "./cmd/app"}])
+                           {"name": "package", "value": "./cmd/app"},
+                           {"name": "bookend-injected",
+                            "value": task_runs[1]["metadata"]["annotations"]["bookend.dev/injected"]}])
     );
     assert_eq!(
         task_runs[2]["spec"]["params"][0]["value"],

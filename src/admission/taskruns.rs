@@ -110,8 +110,9 @@ fn mutate_answer(decision: Decision, summary: &mut Summary) -> Answer {
 
 /// The validating backstop: the final object must already be what the mutating webhook makes
 /// of it. Anything the engine would still change in `spec` means mandatory steps are missing or
-/// were modified after injection; a mark the engine would drop or change ([`forged_mark`])
-/// means the TaskRun arrives with marks bookend did not write: the mutation did not run.
+/// were modified after injection; a mark the engine would drop or change ([`forged_mark`], and
+/// the record param in `spec.params`) means the TaskRun arrives with marks bookend did not
+/// write: the mutation did not run.
 fn backstop_answer(object: &Value, decision: Decision) -> Answer {
     match decision.outcome {
         Outcome::Denied => Answer::deny(decision.message.unwrap_or_default()),
@@ -125,7 +126,15 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
                     .map(|op| describe(op, object))
                     .collect()
             };
-            let spec_changes = changes(&|op| op.path().starts_with("/spec"));
+            // The record param is a mark in `spec`: one bookend would add is a previous
+            // release's admission (it wrote none); one bookend would change or drop is not
+            // bookend's.
+            let carries_param = object
+                .pointer("/spec/params")
+                .and_then(Value::as_array)
+                .is_some_and(|params| params.iter().any(crate::engine::record::is_record_param));
+            let spec_changes =
+                changes(&|op| op.path().starts_with("/spec") && !is_params_path(op.path()));
             if !spec_changes.is_empty() {
                 let policies = decision
                     .injected
@@ -144,14 +153,17 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
                 .pointer("/metadata/labels")
                 .and_then(Value::as_object)
                 .is_some_and(|labels| labels.contains_key(crate::engine::record::LABEL));
-            let mark_changes = changes(&|op| forged_mark(op, labelled));
+            let mark_changes = changes(&|op| {
+                forged_mark(op, labelled) || (carries_param && is_params_path(op.path()))
+            });
             if mark_changes.is_empty() {
                 return Answer::allow();
             }
             Answer::deny(format!(
-                "bookend: the TaskRun's marks are not the ones bookend writes at admission (was bookend's mutating webhook skipped?): {}. Labels and annotations under {} are bookend's alone: remove them and create the TaskRun again",
+                "bookend: the TaskRun's marks are not the ones bookend writes at admission (was bookend's mutating webhook skipped?): {}. Labels and annotations under {} and the param {:?} are bookend's alone: remove them and create the TaskRun again",
                 mark_changes.join("; "),
                 crate::engine::record::MARK_PREFIX,
+                crate::engine::record::PARAM,
             ))
         }
     }
@@ -183,6 +195,12 @@ fn forged_mark(op: &Operation, labelled: bool) -> bool {
         Operation::Add { .. } => path == verified,
         Operation::Replace { .. } => path != record || labelled,
     }
+}
+
+/// Whether a patch path is `spec.params` or inside it.
+fn is_params_path(path: &str) -> bool {
+    path.strip_prefix("/spec/params")
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 fn describe(op: &Operation, object: &Value) -> String {

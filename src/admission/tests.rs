@@ -102,10 +102,16 @@ fn mutate_echoes_uid_and_sends_a_base64_json_patch() {
     assert_eq!(r["allowed"], true);
     assert_eq!(r["patchType"], "JSONPatch");
     let patch = decoded_patch(r);
-    // The record, the label that selects the TaskRun for post-run verification, the step.
+    // The record, the label that selects the TaskRun for post-run verification, the record
+    // again as a param (for Chains' provenance), the step.
     assert_eq!(patch[1]["path"], "/metadata/labels");
     assert_eq!(patch[1]["value"], json!({"bookend.dev/verify": "true"}));
-    assert_eq!(patch[2]["path"], "/spec/taskSpec/steps/0");
+    assert_eq!(patch[2]["path"], "/spec/params");
+    assert_eq!(
+        patch[2]["value"],
+        json!([{"name": "bookend-injected", "value": patch[0]["value"]["bookend.dev/injected"]}])
+    );
+    assert_eq!(patch[3]["path"], "/spec/taskSpec/steps/0");
     assert_eq!(reply.summary.outcome, Some(Outcome::Mutated));
     assert_eq!(
         reply.summary.injected,
@@ -235,6 +241,59 @@ fn the_backstop_refuses_a_taskrun_without_its_mandatory_steps() {
     );
 }
 
+/// The record param is a mark in `spec`: missing, a previous release's admission (it wrote
+/// none), admitted; present but not bookend's, refused as a forged mark.
+#[test]
+fn the_backstop_admits_a_missing_record_param_and_refuses_a_forged_one() {
+    let patch: json_patch::Patch =
+        serde_json::from_value(decoded_patch(&response(&mutate(&create(taskrun()))))).unwrap();
+    let mut injected = taskrun();
+    json_patch::patch(&mut injected, &patch).unwrap();
+    let record = injected["metadata"]["annotations"]["bookend.dev/injected"].clone();
+    assert_eq!(
+        injected["spec"]["params"],
+        json!([{"name": "bookend-injected", "value": record}])
+    );
+    let mut previous_release = injected.clone();
+    previous_release["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("params");
+    assert_eq!(
+        response(&validate(&create(previous_release.clone())))["allowed"],
+        true
+    );
+    previous_release["spec"]["params"] = json!([{"name": "x", "value": "1"}]);
+    assert_eq!(
+        response(&validate(&create(previous_release)))["allowed"],
+        true
+    );
+    for forged in [
+        json!([{"name": "bookend-injected", "value": r#"{"policies":[]}"#}]),
+        json!([{"name": "bookend-injected", "value": record}, {"name": "bookend-injected", "value": record}]),
+        json!([{"name": "bookend-injected", "value": [record]}]),
+    ] {
+        let mut object = injected.clone();
+        object["spec"]["params"] = forged.clone();
+        let m = denial_message(&validate(&create(object)));
+        assert!(
+            m.contains("/spec/params")
+                && m.contains("the param \"bookend-injected\" are bookend's alone"),
+            "{forged}: {m}"
+        );
+    }
+    // On a TaskRun no policy reaches.
+    let mut elsewhere = taskrun();
+    elsewhere["spec"]["params"] = json!([{"name": "bookend-injected", "value": record}]);
+    let m = denial_message(&review(
+        Endpoint::Validate,
+        &create(elsewhere),
+        &PolicySet::default(),
+        &Catalog::default(),
+    ));
+    assert!(m.contains("unexpected /spec/params"), "{m}");
+}
+
 #[test]
 fn the_backstop_refuses_marks_bookend_did_not_write() {
     let mutated = mutate(&create(taskrun()));
@@ -302,7 +361,11 @@ fn the_backstop_refuses_marks_bookend_did_not_write() {
         serde_json::from_value(decoded_patch(&response(&mutate(&create(remote.clone()))))).unwrap();
     let mut marked = remote.clone();
     json_patch::patch(&mut marked, &patch).unwrap();
-    assert_eq!(marked["spec"], remote["spec"]);
+    assert_eq!(marked["spec"]["taskRef"], remote["spec"]["taskRef"]);
+    assert_eq!(
+        marked["spec"]["params"],
+        json!([{"name": "bookend-injected", "value": marked["metadata"]["annotations"]["bookend.dev/injected"]}])
+    );
     assert_eq!(marked["metadata"]["labels"]["bookend.dev/verify"], "true");
     assert_eq!(
         response(&validate(&create(marked.clone())))["allowed"],

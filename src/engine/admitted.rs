@@ -52,6 +52,9 @@ impl Admitted {
                         l.remove(record::LABEL);
                     }
                 }
+                if !recorded {
+                    set_record_param(&mut object, None);
+                }
                 Self::Rewritten(object)
             }
         }
@@ -140,7 +143,7 @@ impl Injection {
             patch::set_at(
                 original,
                 &["metadata", "annotations", record::ANNOTATION],
-                self.record.map(Value::String),
+                self.record.clone().map(Value::String),
                 &mut ops,
             );
             patch::set_at(
@@ -158,13 +161,32 @@ impl Injection {
         } else if self.record.is_some() {
             // No metadata object to add two members to: one operation sets it whole.
             let mut metadata = Value::Null;
-            set_record(&mut metadata, self.record);
+            set_record(&mut metadata, self.record.clone());
             patch::set_at(
                 original,
                 &["metadata"],
                 metadata.get("metadata").cloned(),
                 &mut ops,
             );
+        }
+        // `spec.params` sorts before `spec.taskSpec`.
+        if original.get("spec").is_some_and(Value::is_object)
+            && let Some(params) =
+                params_with_record(original.pointer("/spec/params"), self.record.as_deref())
+        {
+            let mut path = patch::pointer(&["spec"]);
+            match params {
+                Some(params) => patch::diff_member(
+                    &mut path,
+                    "params",
+                    original.pointer("/spec/params"),
+                    params,
+                    &mut ops,
+                ),
+                None => ops.push(Operation::Remove {
+                    path: patch::pointer(&["spec", "params"]),
+                }),
+            }
         }
         if self.task_spec_members.is_empty() {
             return ops;
@@ -205,6 +227,7 @@ pub(super) fn set_record(object: &mut Value, record: Option<String>) {
     {
         annotations.remove(record::VERIFIED_ANNOTATION);
     }
+    set_record_param(object, record.as_deref());
     match record {
         Some(record) => {
             if !object.is_object() {
@@ -245,6 +268,61 @@ pub(super) fn has_marks(object: &Value) -> bool {
     has("annotations", record::ANNOTATION)
         || has("annotations", record::VERIFIED_ANNOTATION)
         || has("labels", record::LABEL)
+        || params_with_record(object.pointer("/spec/params"), None).is_some()
+}
+
+/// Sets (`Some`) or removes (`None`) the record param ([`record::PARAM`]) in the object's
+/// `spec.params`, as [`params_with_record`] says.
+fn set_record_param(object: &mut Value, record: Option<&str>) {
+    let Some(spec) = object.get_mut("spec").and_then(Value::as_object_mut) else {
+        return;
+    };
+    match params_with_record(spec.get("params"), record) {
+        Some(Some(params)) => {
+            spec.insert("params".to_owned(), params);
+        }
+        Some(None) => {
+            spec.remove("params");
+        }
+        None => {}
+    }
+}
+
+/// The TaskRun's `spec.params` (`current`) with exactly one record param holding `record`
+/// (in the place of the first one there was, else last), or none (`record` `None`); every
+/// other param stays as it is. Whatever the author wrote under the name is replaced or
+/// dropped: only bookend's mutation writes it. `None`: nothing changes (also when `params` is
+/// not a list, which Tekton refuses); `Some(None)`: the member goes (it held only that param).
+pub(super) fn params_with_record(
+    current: Option<&Value>,
+    record: Option<&str>,
+) -> Option<Option<Value>> {
+    let existing: &[Value] = match current {
+        None | Some(Value::Null) => &[],
+        Some(Value::Array(params)) => params,
+        Some(_) => return None,
+    };
+    let ours = record.map(|text| serde_json::json!({"name": record::PARAM, "value": text}));
+    let mut carried = existing.iter().filter(|p| record::is_record_param(p));
+    let settled = match (&ours, carried.next(), carried.next()) {
+        (None, None, _) => true,
+        (Some(ours), Some(only), None) => only == ours,
+        _ => false,
+    };
+    if settled {
+        return None;
+    }
+    let mut params: Vec<Value> = Vec::with_capacity(existing.len() + 1);
+    let mut ours = ours;
+    for param in existing {
+        if !record::is_record_param(param) {
+            params.push(param.clone());
+        } else if let Some(ours) = ours.take() {
+            params.push(ours);
+        }
+    }
+    params.extend(ours);
+    Some((!params.is_empty()).then_some(Value::Array(params)))
 }
 
 /// Sets `metadata.<map>.<key>` (`map`: `labels` or `annotations`), making `metadata` and the

@@ -20,6 +20,7 @@ use serde_json::Value;
 use super::Denial;
 use super::canonical::equivalent;
 use super::lookup::Lookup;
+use super::record;
 use crate::patch;
 use crate::policy::validate::clean_path;
 use crate::policy::{Policy, Settings, WorkspaceMounts};
@@ -369,6 +370,7 @@ pub fn check_task_spec(
 ) -> Result<(), Denial> {
     check_workspaces(task_spec, applied)?;
     check_mounts(task_spec, user, settings)?;
+    check_record_param(task_spec)?;
     if let Some(template) = task_spec.get("stepTemplate").filter(|t| is_set(t))
         && template.is_object()
         && let Some((i, step)) = user
@@ -387,6 +389,25 @@ pub fn check_task_spec(
         ));
     }
     Ok(())
+}
+
+/// A Task param with the name of bookend's record param: its steps would read bookend's record
+/// as their input (and a param of another type would fail the run), and the record in the
+/// provenance would be the Task's input rather than bookend's alone.
+fn check_record_param(task_spec: &Value) -> Result<(), Denial> {
+    match list(task_spec.get("params"))
+        .iter()
+        .position(record::is_record_param)
+    {
+        Some(i) => Err(Denial::field(
+            format!("spec.taskSpec.params[{i}].name"),
+            format!(
+                "param {:?} is bookend's: it carries bookend's record of which policy injected which steps into the TaskRun's params, where Tekton Chains' provenance reads it (docs/provenance.md); rename the Task's param",
+                record::PARAM
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// Workspaces: Tekton mounts each into every step at the path the Task chose, verbatim.

@@ -81,6 +81,18 @@ fn plan_source(
     warnings: &mut Vec<String>,
 ) -> Result<Option<Admitted>, Denial> {
     let context = Context { namespace, lookup };
+    // bookend's record goes into `spec.params` (record::PARAM): a list, or nothing.
+    if let Some(p) = applied.first()
+        && view
+            .spec()
+            .and_then(|s| s.get("params"))
+            .is_some_and(|params| !params.is_array() && !params.is_null())
+    {
+        return Err(Denial::policy(
+            p,
+            "spec.params: must be a list of params ({name, value}), as Tekton requires; bookend adds its record to it (bookend-injected); write the params as a list",
+        ));
+    }
     match view.task_source() {
         TaskSource::Inline => {
             if !applied.is_empty() {

@@ -5,6 +5,16 @@ use serde::{Deserialize, Serialize};
 
 /// Annotation key of the record.
 pub const ANNOTATION: &str = "bookend.dev/injected";
+/// The TaskRun param that carries the same record into `spec.params`: Tekton Chains' default
+/// SLSA v1.0 buildType records the TaskRun's spec (`externalParameters.runSpec`) but none of
+/// its annotations (docs/provenance.md). bookend writes it with the record and removes one it
+/// did not write; it never reads it back.
+pub const PARAM: &str = "bookend-injected";
+
+/// Whether a param (of a TaskRun or a Task) is named [`PARAM`].
+pub fn is_record_param(param: &serde_json::Value) -> bool {
+    param.get("name").and_then(serde_json::Value::as_str) == Some(PARAM)
+}
 /// Label bookend sets beside the record, so that the post-run watch selects only the TaskRuns
 /// it injected into (a label selector: the API server filters, bookend caches nothing else).
 /// The author cannot opt out by writing it: bookend sets it with the record and removes it with

@@ -76,15 +76,73 @@ fn forger(built: bool, exit: i32) -> Value {
 /// ignores it and Chains records it in the SLSA v1.0 `runSpec.params` (docs/provenance.md).
 const UNDECLARED_PARAM: &str = "undeclared-probe";
 
-/// The third run: nothing to publish, and a param its Task does not declare.
+/// The author's own `bookend-injected` param: a record that names the author's step as the
+/// policy's, under a hash of the author's choosing. bookend must replace it.
+const FORGED_RECORD: &str = r#"{"policies":[{"policy":"ClusterStepPolicy/rt-provenance","hash":"f0f0f0f0f0f0","steps":["build"]}]}"#;
+
+/// The third run: nothing to publish, a param its Task does not declare, and the author's own
+/// record param.
 fn unpublished_with_param() -> Value {
     let mut run = taskrun(
         PROVENANCE,
         "forge-unpublished",
         json!({"results": [{"name": "own"}], "steps": [forger(false, 0)]}),
     );
-    run["spec"]["params"] = json!([{"name": UNDECLARED_PARAM, "value": "{\"a\":\"json text\"}"}]);
+    run["spec"]["params"] = json!([
+        {"name": RECORD_PARAM, "value": FORGED_RECORD},
+        {"name": UNDECLARED_PARAM, "value": "{\"a\":\"json text\"}"}
+    ]);
     run
+}
+
+/// bookend's record param (`bookend.dev/injected` again, in `spec.params`).
+const RECORD_PARAM: &str = "bookend-injected";
+
+/// Asserts that `recorded` (the record as a provenance format carries it) is bookend's record
+/// of the TaskRun (`record_text`, its annotation) and names exactly the org steps of the spec:
+/// the policy's steps (its reset step carrying the policy's hash) and bookend's helpers, and
+/// none of the author's steps.
+fn assert_names_the_org_steps(
+    label: &str,
+    recorded: Option<&str>,
+    record_text: &str,
+    spec_steps: &[&str],
+) {
+    assert_eq!(recorded, Some(record_text), "{label}: bookend's record");
+    let record: Value = serde_json::from_str(record_text).expect("the record parses");
+    let entry = &record["policies"][0];
+    assert_eq!(
+        record["policies"].as_array().map(Vec::len),
+        Some(1),
+        "{label}: {record}"
+    );
+    assert_eq!(
+        entry["policy"], "ClusterStepPolicy/rt-provenance",
+        "{label}"
+    );
+    let hash = entry["hash"].as_str().expect("the policy's hash");
+    let mut named: Vec<&str> = entry["steps"]
+        .as_array()
+        .into_iter()
+        .chain(record["helpers"].as_array())
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    named.sort_unstable();
+    let mut org: Vec<&str> = spec_steps
+        .iter()
+        .copied()
+        .filter(|s| s.starts_with("bookend-"))
+        .collect();
+    org.sort_unstable();
+    assert_eq!(
+        named, org,
+        "{label}: the record names exactly the org steps of the spec"
+    );
+    assert!(
+        spec_steps.contains(&format!("bookend-results-{hash}").as_str()),
+        "{label}: the policy version {hash} is the reset step's: {spec_steps:?}"
+    );
 }
 
 fn result<'a>(object: &'a Value, name: &str) -> Option<&'a Value> {
@@ -319,6 +377,19 @@ fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
             "{name}: the org steps are in the spec: {spec_steps:?}"
         );
         let published = !name.starts_with("forge-unpublished-");
+        // The admitted TaskRun carries exactly one record param, bookend's: the author's
+        // (forge-unpublished) was replaced at admission.
+        let record_params: Vec<&Value> = tr["spec"]["params"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["name"] == RECORD_PARAM)
+            .collect();
+        assert_eq!(
+            record_params,
+            [&json!({"name": RECORD_PARAM, "value": record_text})],
+            "{name}: bookend's record param"
+        );
         let mut slsa_v02 = None;
         for (format, build_type) in CHAINS_FORMATS {
             let statement = chains_statement(&tool, tr, format, build_type);
@@ -334,6 +405,10 @@ fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
             .expect("write the statement");
             let text = statement.to_string();
             let p = &statement["predicate"];
+            assert!(
+                !text.contains("f0f0f0f0f0f0"),
+                "{label}: the author's forged record reaches the provenance"
+            );
 
             // Subjects: exactly the org's artifact (IMAGE_URL/IMAGE_DIGEST and ARTIFACT_OUTPUTS)
             // when it published one, none otherwise: never the author's forged values.
@@ -367,11 +442,22 @@ fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
                         "{label}: buildConfig.steps are the TaskRun's steps, org steps included"
                     );
                     let parameters = &p["invocation"]["parameters"];
-                    if published {
-                        assert_eq!(parameters, &json!({}), "{label}: no params");
-                    } else {
+                    assert_names_the_org_steps(
+                        &format!("{label} invocation.parameters"),
+                        parameters[RECORD_PARAM].as_str(),
+                        record_text,
+                        &spec_steps,
+                    );
+                    let expected = if published { 1 } else { 2 };
+                    assert_eq!(
+                        parameters.as_object().map(|p| p.len()),
+                        Some(expected),
+                        "{label}: the TaskRun's params at invocation.parameters: {parameters}"
+                    );
+                    if !published {
                         assert_eq!(
-                            parameters[UNDECLARED_PARAM], tr["spec"]["params"][0]["value"],
+                            parameters[UNDECLARED_PARAM],
+                            json!("{\"a\":\"json text\"}"),
                             "{label}: the TaskRun's params at invocation.parameters"
                         );
                     }
@@ -401,6 +487,21 @@ fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
                     assert_eq!(
                         params, &tr["spec"]["params"],
                         "{label}: runSpec.params are the TaskRun's params, undeclared ones included"
+                    );
+                    // The record, in every buildType (the default's only carrier of it).
+                    let carried: Vec<&str> = params
+                        .as_array()
+                        .expect("runSpec.params")
+                        .iter()
+                        .filter(|p| p["name"] == RECORD_PARAM)
+                        .filter_map(|p| p["value"].as_str())
+                        .collect();
+                    assert_eq!(carried.len(), 1, "{label}: one record param: {params}");
+                    assert_names_the_org_steps(
+                        &format!("{label} externalParameters.runSpec.params"),
+                        carried.first().copied(),
+                        record_text,
+                        &spec_steps,
                     );
                     // Byproducts: every result in v2alpha3; v2alpha4 leaves out the image type
                     // hints (by name) and the build artifacts (an ARTIFACT_OUTPUTS with
@@ -445,8 +546,10 @@ fn chains_marks(ctx: &Ctx, runs: &[Finished]) -> String {
         }
     }
     format!(
-        "Chains v0.22.0's formatters: the record reaches in-toto/slsa/v1 and slsa-tekton, not the \
-         default SLSA v1.0 buildType; the org subject and steps reach every format ({})",
+        "Chains v0.22.0's formatters: the record reaches every format and buildType as the param \
+         bookend-injected (SLSA v1.0 runSpec.params, v0.2 invocation.parameters; the author's own \
+         replaced), and in-toto/slsa/v1 and slsa-tekton as the annotation too; the org subject \
+         and steps reach every format ({})",
         out_dir.display()
     )
 }

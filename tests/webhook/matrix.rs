@@ -682,9 +682,13 @@ async fn a_taskrun_with_every_optional_field() {
     let answer = row("every optional field", body(&review), Expect::Mutated).await;
     let patched = apply_patch(&answer, &object);
     // Everything bookend does not own survives untouched.
+    // The author's params too, with bookend's record appended (docs/provenance.md).
+    let mut params = object["spec"]["params"].as_array().unwrap().clone();
+    params.push(json!({"name": "bookend-injected",
+        "value": patched["metadata"]["annotations"]["bookend.dev/injected"]}));
+    assert_eq!(patched["spec"]["params"], Value::Array(params));
     for pointer in [
         "/spec/podTemplate",
-        "/spec/params",
         "/spec/workspaces",
         "/spec/taskSpec/sidecars",
         "/spec/taskSpec/results",

@@ -167,5 +167,6 @@ fn always_gates_stay_small_for_long_task_runs() {
     // Each gate checks the previous gate and one step, not every earlier step.
     let longest = gates.iter().map(|g| helper_script(g).len()).max().unwrap();
     assert!(longest < 180, "{longest}");
-    assert!(serde_json::to_vec(&out).unwrap().len() < 200_000);
+    // (The record, 7.7 KB here, is in it twice: the annotation and the param.)
+    assert!(serde_json::to_vec(&out).unwrap().len() < 210_000);
 }

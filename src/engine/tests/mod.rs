@@ -15,6 +15,7 @@ mod order;
 mod patch;
 mod properties;
 mod recognition;
+mod record_param;
 mod results;
 mod selection;
 mod task_ref;

@@ -18,6 +18,7 @@ fn inserted_steps_are_adds_at_indexes() {
         [
             "/metadata/annotations",
             "/metadata/labels",
+            "/spec/params",
             "/spec/taskSpec/steps/0",
             "/spec/taskSpec/steps/1",
             "/spec/taskSpec/steps/3",
@@ -52,11 +53,12 @@ fn many_changes_to_the_steps_are_one_replace() {
         [
             "/metadata/annotations",
             "/metadata/labels",
+            "/spec/params",
             "/spec/taskSpec/steps"
         ]
     );
     assert!(matches!(
-        &d.patch[2],
+        &d.patch[3],
         crate::patch::Operation::Replace { .. }
     ));
     assert_eq!(apply(&object, &d.patch), d.object);
@@ -66,7 +68,7 @@ fn many_changes_to_the_steps_are_one_replace() {
     );
     // The validating backstop describes what is missing place by place.
     let backstop = decide_backstop(request(&object), &set, &Catalog::default());
-    assert_eq!(backstop.patch.len(), 6, "{:?}", backstop.patch);
+    assert_eq!(backstop.patch.len(), 7, "{:?}", backstop.patch);
 }
 
 /// Another webhook that runs after bookend changes the TaskRun (a field on a user step, a step

@@ -116,11 +116,13 @@ fn remote_task_refs_skip_or_deny() {
     assert!(d.warnings.is_empty(), "{:?}", d.warnings);
     assert!(d.injected.is_empty(), "{:?}", d.injected);
     assert!(
-        d.patch.iter().all(|op| op.path().starts_with("/metadata")),
+        d.patch
+            .iter()
+            .all(|op| op.path().starts_with("/metadata") || op.path() == "/spec/params"),
         "{:?}",
         d.patch
     );
-    assert_eq!(d.object["spec"], object["spec"]);
+    assert_eq!(d.object["spec"]["taskRef"], object["spec"]["taskRef"]);
     assert_eq!(
         d.object["metadata"]["labels"][record::LABEL],
         record::LABEL_VALUE
