@@ -14,7 +14,9 @@
 //! `pkg/reconciler/taskrun`): the entrypoint's `terminationReason` (`Skipped`, `Continued`,
 //! `TimeoutExceeded`, `Cancelled`), the container's `OOMKilled`, and on a TaskRun timeout or
 //! cancellation the controller's `TaskRunTimeout` / `TaskRunCancelled` on every step still
-//! running or waiting when it stopped the Pod.
+//! running or waiting when it stopped the Pod. The condition's reason for a failed step differs
+//! by release (`StepOOM`/`StepFailed` since v1.12, `Failed` before; an OOM kill ends the TaskRun
+//! only at its timeout before v0.64): what a step did is read from the steps, not that reason.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -347,8 +349,11 @@ impl<'a> StepState<'a> {
 }
 
 /// The outcome of every step, in order, and for those that ran their exit code and duration.
-/// `stopped_by` is the controller's reason when it stopped the Pod (`TaskRunTimeout`,
-/// `TaskRunCancelled`): the first step it terminated was running, the rest never began.
+/// When the controller stopped the Pod (`TaskRunTimeout`, `TaskRunCancelled`) the first step
+/// it terminated was running and the rest never began, unless a step before it had failed:
+/// then none of them began. (A step killed whole, as by an OOM kill, writes no post file, so
+/// the steps after it wait until the TaskRun's timeout on Tekton before v0.64, which ends a
+/// TaskRun early only on `OOMKilled` since then: `isPodCompleted` in `pkg/pod/status.go`.)
 fn outcomes(states: &[Option<StepState<'_>>]) -> Vec<StepOutcome> {
     let mut stopped = false;
     states
@@ -371,7 +376,9 @@ fn outcomes(states: &[Option<StepState<'_>>]) -> Vec<StepOutcome> {
                 _ if state.exit_code() == Some(0) && !state.oom_killed() => StepOutcome::Completed,
                 _ => StepOutcome::Failed,
             };
-            if matches!(state.reason, "TaskRunTimeout" | "TaskRunCancelled") {
+            if outcome == StepOutcome::Failed
+                || matches!(state.reason, "TaskRunTimeout" | "TaskRunCancelled")
+            {
                 stopped = true;
             }
             outcome
@@ -1138,12 +1145,10 @@ impl Stop<'_> {
         }
     }
 
-    /// Why step `i` did not run: the TaskRun's stop, else the first step before it that went
-    /// wrong without `continue`, else the TaskRun's reason.
+    /// Why step `i` did not run: the first step before it that went wrong without `continue`
+    /// (a step that failed, even when the TaskRun's timeout or cancellation came after it),
+    /// else the TaskRun's stop, else the TaskRun's reason.
     fn cause_before(&self, i: usize) -> String {
-        if matches!(self.reason, "TaskRunTimeout" | "TaskRunCancelled") {
-            return self.taskrun_stop();
-        }
         let culprit = (0..i).find(|&j| {
             !matches!(self.owners[j], Owner::Helper)
                 && matches!(
@@ -1151,6 +1156,10 @@ impl Stop<'_> {
                     StepOutcome::Failed | StepOutcome::TimedOut | StepOutcome::Cancelled
                 )
         });
+        let failed_first = culprit.is_some_and(|j| self.outcomes[j] == StepOutcome::Failed);
+        if !failed_first && matches!(self.reason, "TaskRunTimeout" | "TaskRunCancelled") {
+            return self.taskrun_stop();
+        }
         if let Some(j) = culprit {
             let name = &self.names[j];
             if self.not_started[j] {

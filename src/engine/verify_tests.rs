@@ -66,6 +66,26 @@ fn skipped(name: &str) -> Value {
     state(name, 0, "Completed", "Skipped", 0)
 }
 
+/// The admitted TaskRun's steps: the pre-step and the first gate completed, `build` as given,
+/// and every step after it as `later` makes it.
+fn around_build(build: Value, later: impl Fn(&str) -> Value) -> Vec<Value> {
+    let mut steps = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        build,
+    ];
+    steps.extend(
+        [
+            "bookend-gate-2",
+            "bookend-notify",
+            "bookend-sbom-upload",
+            "bookend-verdict",
+        ]
+        .map(later),
+    );
+    steps
+}
+
 /// The TaskRun finished with `steps` and the `Succeeded` condition.
 fn finish(mut object: Value, succeeded: bool, reason: &str, steps: Vec<Value>) -> Value {
     object["status"] = json!({
@@ -184,15 +204,7 @@ fn a_failing_user_step_with_always_post_steps_passes_and_the_taskrun_failed() {
 fn a_user_step_timeout_skips_the_always_post_step_and_fails() {
     let set = policies(POLICIES);
     let object = admitted(&set);
-    let steps = vec![
-        completed("bookend-setup"),
-        completed("bookend-gate-1"),
-        state("build", 1, "Error", "TimeoutExceeded", 5),
-        skipped("bookend-gate-2"),
-        skipped("bookend-notify"),
-        skipped("bookend-sbom-upload"),
-        skipped("bookend-verdict"),
-    ];
+    let steps = around_build(state("build", 1, "Error", "TimeoutExceeded", 5), skipped);
     let v = verified(&set, &finish(object, false, "StepFailed", steps));
     let sbom = policy(&v, "ClusterStepPolicy/sbom");
     assert_eq!(
@@ -225,34 +237,45 @@ fn stopped(name: &str, reason: &str) -> Value {
 }
 
 #[test]
-fn a_taskrun_timeout_names_the_step_it_stopped() {
-    let set = policies(POLICIES);
-    let object = admitted(&set);
-    let steps = vec![
-        completed("bookend-setup"),
-        completed("bookend-gate-1"),
-        stopped("build", "TaskRunTimeout"),
-        stopped("bookend-gate-2", "TaskRunTimeout"),
-        stopped("bookend-notify", "TaskRunTimeout"),
-        stopped("bookend-sbom-upload", "TaskRunTimeout"),
-        stopped("bookend-verdict", "TaskRunTimeout"),
+fn a_taskrun_timeout_names_the_step_it_stopped_or_the_failure_before_it() {
+    let cases = [
+        (
+            stopped("build", "TaskRunTimeout"),
+            "the TaskRun timed out during step build",
+        ),
+        // Tekton before v0.64 does not end the TaskRun on an OOM kill: the later steps wait for
+        // the killed step's post file until the TaskRun's timeout, and the controller then
+        // terminates each with `TaskRunTimeout` (terminateStepsInPod), as v0.62.3 wrote in
+        // runtime scenario 18. The first of them was waiting, not running.
+        (
+            state("build", 137, "OOMKilled", "OOMKilled", 4),
+            "step build failed (it was OOMKilled (exit code 137))",
+        ),
     ];
-    let v = verified(&set, &finish(object, false, "TaskRunTimeout", steps));
-    let sbom = policy(&v, "ClusterStepPolicy/sbom");
-    assert_eq!(
-        fail_reason(sbom),
-        "org post-step bookend-sbom-upload did not run: the TaskRun timed out during step build"
-    );
-    assert_eq!(
-        outcome_of(sbom, "bookend-sbom-upload"),
-        StepOutcome::NeverStarted
-    );
-    assert_eq!(outcome_of(sbom, "bookend-setup"), StepOutcome::Completed);
-    // OnSuccess: nothing before it succeeded to the end, so not running is what it says.
-    assert_eq!(
-        policy(&v, "ClusterStepPolicy/notify").verdict,
-        RunVerdict::Pass
-    );
+    for (build, cause) in cases {
+        let set = policies(POLICIES);
+        let object = admitted(&set);
+        let steps = around_build(build, |name| stopped(name, "TaskRunTimeout"));
+        let v = verified(&set, &finish(object, false, "TaskRunTimeout", steps));
+        let sbom = policy(&v, "ClusterStepPolicy/sbom");
+        assert_eq!(
+            fail_reason(sbom),
+            format!("org post-step bookend-sbom-upload did not run: {cause}")
+        );
+        assert_eq!(
+            outcome_of(sbom, "bookend-sbom-upload"),
+            StepOutcome::NeverStarted
+        );
+        assert_eq!(outcome_of(sbom, "bookend-setup"), StepOutcome::Completed);
+        // OnSuccess: nothing before it succeeded to the end, so not running is what it says.
+        let notify = policy(&v, "ClusterStepPolicy/notify");
+        assert_eq!(
+            outcome_of(notify, "bookend-notify"),
+            StepOutcome::NeverStarted,
+            "{cause}"
+        );
+        assert_eq!(notify.verdict, RunVerdict::Pass);
+    }
 }
 
 #[test]
@@ -309,15 +332,7 @@ fn an_oom_kill_fails_the_always_post_step_naming_the_step() {
     // TaskRun failed (StepOOM).
     let waiting =
         |name: &str| json!({"name": name, "container": format!("step-{name}"), "running": {}});
-    let steps = vec![
-        completed("bookend-setup"),
-        completed("bookend-gate-1"),
-        state("build", 137, "OOMKilled", "OOMKilled", 4),
-        waiting("bookend-gate-2"),
-        waiting("bookend-notify"),
-        waiting("bookend-sbom-upload"),
-        waiting("bookend-verdict"),
-    ];
+    let steps = around_build(state("build", 137, "OOMKilled", "OOMKilled", 4), waiting);
     let v = verified(&set, &finish(object, false, "StepOOM", steps));
     let sbom = policy(&v, "ClusterStepPolicy/sbom");
     assert_eq!(

@@ -142,6 +142,8 @@ pub struct Ctx {
     /// The cluster's Tekton still has ClusterTask (before v1.0): `taskRef.kind: ClusterTask`
     /// runs one.
     pub cluster_tasks: bool,
+    /// The line's Tekton release, for what differs by release in what Tekton writes.
+    pub tekton_version: bookend::tekton::cluster::Version,
 }
 
 impl Ctx {

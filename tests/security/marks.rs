@@ -467,6 +467,10 @@ enum Ending {
     Skipped,
     TimedOut,
     Continued,
+    /// The container OOM-killed: its entrypoint with it, so no `terminationReason` of its own.
+    OomKilled,
+    /// Terminated by the controller when the TaskRun timed out (running or still waiting).
+    TaskRunTimeout,
     NoState,
 }
 
@@ -509,6 +513,8 @@ fn ending() -> impl Strategy<Value = Ending> {
         1 => Just(Ending::Skipped),
         1 => Just(Ending::TimedOut),
         1 => Just(Ending::Continued),
+        1 => Just(Ending::OomKilled),
+        1 => Just(Ending::TaskRunTimeout),
         1 => Just(Ending::NoState),
     ]
 }
@@ -561,16 +567,18 @@ fn as_tekton_stores(spec: &Value) -> Value {
 }
 
 fn step_state(name: &str, ending: Ending) -> Option<Value> {
-    let (exit, reason) = match ending {
-        Ending::Completed => (0, "Completed"),
-        Ending::Failed => (1, "Error"),
-        Ending::Skipped => (0, "Skipped"),
-        Ending::TimedOut => (1, "TimeoutExceeded"),
-        Ending::Continued => (1, "Continued"),
+    let (exit, container, reason) = match ending {
+        Ending::Completed => (0, "Completed", "Completed"),
+        Ending::Failed => (1, "Completed", "Error"),
+        Ending::Skipped => (0, "Completed", "Skipped"),
+        Ending::TimedOut => (1, "Completed", "TimeoutExceeded"),
+        Ending::Continued => (1, "Completed", "Continued"),
+        Ending::OomKilled => (137, "OOMKilled", "OOMKilled"),
+        Ending::TaskRunTimeout => (1, "TaskRunTimeout", "TaskRunTimeout"),
         Ending::NoState => return None,
     };
     Some(json!({"name": name, "container": format!("step-{name}"),
-                "terminated": {"exitCode": exit, "reason": "Completed"},
+                "terminated": {"exitCode": exit, "reason": container},
                 "terminationReason": reason}))
 }
 

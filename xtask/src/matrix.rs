@@ -95,7 +95,11 @@ pub fn tekton_matrix(args: &[String]) -> Result<(), Failure> {
     suite
 }
 
-/// The table: one row per scenario or refused policy, one column per line.
+const READY: &str = "Ready, injected (its scenarios above)";
+const NOT_REACHED: &str = "not reached";
+
+/// The table: one row per scenario or policy that needs something of Tekton, one column per
+/// line.
 fn render(tsv: &str, stamp: &str) -> String {
     let mut columns: Vec<(String, String)> = Vec::new();
     let mut items: Vec<(String, String)> = Vec::new();
@@ -122,6 +126,8 @@ fn render(tsv: &str, stamp: &str) -> String {
             "**known gap** (not run)".to_owned()
         } else if result.starts_with("skipped") {
             "not run: Tekton refuses it".to_owned()
+        } else if result.starts_with("ready") {
+            READY.to_owned()
         } else if result.starts_with("bookend denied") {
             notes.push(format!("- {version} ({flags}), {item}: {result}"));
             "**denied by bookend**".to_owned()
@@ -130,6 +136,8 @@ fn render(tsv: &str, stamp: &str) -> String {
         };
         cells.insert((version.into(), flags.into(), item.into()), short);
     }
+    // The scenarios (numbered) first, then the policy checks, each in the suite's order.
+    items.sort_by_key(|(item, _)| !item.starts_with(|c: char| c.is_ascii_digit()));
     let mut out = format!("{BEGIN}\n{stamp}\n\n| scenario or policy | needs from Tekton |");
     for (version, flags) in &columns {
         out += &format!(" {version}, {flags} |");
@@ -140,9 +148,11 @@ fn render(tsv: &str, stamp: &str) -> String {
     for (item, needs) in &items {
         out += &format!("| {item} | {needs} |");
         for (version, flags) in &columns {
+            // No row: the suite stopped on that line before it got there (a check before it
+            // failed), so nothing is known of it.
             let cell = cells
                 .get(&(version.clone(), flags.clone(), item.clone()))
-                .map_or("Ready, injected (its scenarios above)", String::as_str);
+                .map_or(NOT_REACHED, String::as_str);
             out += &format!(" {cell} |");
         }
         out += "\n";
@@ -187,6 +197,7 @@ mod tests {
     #[test]
     fn the_table_has_a_column_per_line_and_a_row_per_item() {
         let tsv = "v1.15.0\tdefaults\t2 Always\tstep when\tran: passed\n\
+                   v1.15.0\tdefaults\tpolicy rt-always\t\tready: injected\n\
                    v0.62.3\tdefaults\tpolicy rt-always\t\tbookend denied as expected (x)\n\
                    v0.62.3\tdefaults\t2 Always\tstep when\tskipped: needs x\n";
         let table = render(tsv, "stamp");
@@ -203,5 +214,28 @@ mod tests {
         );
         assert_eq!(older_versions(&lines()), ["v1.9.6", "v1.0.4", "v0.62.3"]);
         assert_eq!(older_versions(&ci_lines()), ["v0.62.3"]);
+    }
+
+    #[test]
+    fn a_policy_the_suite_did_not_reach_on_a_line_is_not_shown_ready() {
+        // On v1.9.6 the refused-policies check failed before it wrote the policies' rows.
+        let tsv = "v1.15.0\tdefaults\tpolicy rt-always\t\tready: injected\n\
+                   v1.15.0\tdefaults\trefused policies\t\tran: passed\n\
+                   v1.15.0\tdefaults\t2 Always\tstep when\tran: passed\n\
+                   v1.9.6\tdefaults\trefused policies\t\tFAILED\n\
+                   v1.9.6\tdefaults\t2 Always\tstep when\tran: passed\n\
+                   v0.62.3\tdefaults\tpolicy rt-always\t\tbookend denied as expected (x)\n\
+                   v0.62.3\tdefaults\trefused policies\t\tran: passed\n";
+        let table = render(tsv, "stamp");
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("| ")).collect();
+        assert_eq!(
+            rows[1..],
+            [
+                "| 2 Always | step when | runs, passes | runs, passes | not reached |",
+                "| policy rt-always |  | Ready, injected (its scenarios above) | not reached | **denied by bookend** |",
+                "| refused policies |  | runs, passes | **FAILED** | runs, passes |",
+            ],
+            "{table}"
+        );
     }
 }
