@@ -161,7 +161,7 @@ fn pod(steps: &[Value]) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "attack-1-pod", "namespace": "team-a",
                         "labels": {"tekton.dev/taskRun": "attack-1", "tekton.dev/taskRunUID": "u-1"}},
-           "spec": tekton_pod::pod_spec(steps)})
+           "spec": tekton_pod::pod_spec(steps, &[])})
 }
 
 /// HELD (baseline): the Pod of the dry-run's Task passes the backstop; one without the org

@@ -78,7 +78,8 @@ fn org(namespace: &str) -> (Vec<Value>, Value, bool) {
             false,
         )
     } else {
-        let mount = json!([{"name": "bookend-key", "mountPath": "/workspace/.org/key", "readOnly": true}]);
+        let mount =
+            json!([{"name": "bookend-key", "mountPath": "/workspace/.org/key", "readOnly": true}]);
         (
             vec![
                 json!({"name": "bookend-fetch", "command": ["/usr/local/bin/fetch"], "volumeMounts": mount}),
@@ -167,7 +168,12 @@ fn author_source() -> impl Strategy<Value = Value> {
 struct Case {
     namespace: &'static str,
     /// (name, mountPath, the binding's source, subPath)
-    workspaces: Vec<(&'static str, Option<&'static str>, Value, Option<&'static str>)>,
+    workspaces: Vec<(
+        &'static str,
+        Option<&'static str>,
+        Value,
+        Option<&'static str>,
+    )>,
     /// The Task's definition of the policy's volume: the policy's own (`None`) or the author's.
     policy_volume: Option<Value>,
     /// More Task volumes: (name, source).
@@ -185,26 +191,30 @@ fn case() -> impl Strategy<Value = Case> {
         author_source(),
         sub_path.clone(),
     );
-    let volume_name = prop::sample::select(&[
-        "data",
-        "ws-abcde",
-        "tekton-internal-scripts",
-        "tekton-internal-run-7",
-        "tekton-internal-home2",
-        "kube-api-access-abcde",
-    ][..]);
-    let mounted = prop::sample::select(&[
-        "data",
-        "ws-abcde",
-        "tekton-internal-scripts",
-        "tekton-internal-run-7",
-        "tekton-internal-home2",
-        "kube-api-access-abcde",
-        "tekton-internal-bin",
-        "tekton-internal-home",
-        "bookend-key",
-        "bookend-tools",
-    ][..]);
+    let volume_name = prop::sample::select(
+        &[
+            "data",
+            "ws-abcde",
+            "tekton-internal-scripts",
+            "tekton-internal-run-7",
+            "tekton-internal-home2",
+            "kube-api-access-abcde",
+        ][..],
+    );
+    let mounted = prop::sample::select(
+        &[
+            "data",
+            "ws-abcde",
+            "tekton-internal-scripts",
+            "tekton-internal-run-7",
+            "tekton-internal-home2",
+            "kube-api-access-abcde",
+            "tekton-internal-bin",
+            "tekton-internal-home",
+            "bookend-key",
+            "bookend-tools",
+        ][..],
+    );
     (
         prop::sample::select(&["team-a", "open"][..]),
         prop::collection::vec(workspace, 0..3),
@@ -377,7 +387,10 @@ fn tekton_pod(spec: &Value, case: &Case) -> Option<Value> {
         let mut container = tekton_pod::container(&merged, i, &mut scripts);
         // Tekton's order: the step's (and template's) mounts, the run directories, then its
         // implicit mounts where the step did not take the path.
-        let mut mounts: Vec<Value> = merged["volumeMounts"].as_array().cloned().unwrap_or_default();
+        let mut mounts: Vec<Value> = merged["volumeMounts"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         for j in 0..steps.len() {
             let mut run = json!({"name": format!("tekton-internal-run-{j}"), "mountPath": format!("/tekton/run/{j}")});
             if j != i {
@@ -392,7 +405,10 @@ fn tekton_pod(spec: &Value, case: &Case) -> Option<Value> {
         for (name, path) in IMPLICIT {
             if !taken.iter().any(|t| t == path) {
                 let mut m = json!({"name": name, "mountPath": path});
-                if matches!(*name, "tekton-internal-bin" | "tekton-internal-steps" | "tekton-internal-downward") {
+                if matches!(
+                    *name,
+                    "tekton-internal-bin" | "tekton-internal-steps" | "tekton-internal-downward"
+                ) {
                     m["readOnly"] = json!(true);
                 }
                 mounts.push(m);
@@ -429,7 +445,10 @@ fn tekton_pod(spec: &Value, case: &Case) -> Option<Value> {
     }
     for c in &containers {
         let mounts = c["volumeMounts"].as_array().unwrap();
-        let mut paths: Vec<&str> = mounts.iter().filter_map(|m| m["mountPath"].as_str()).collect();
+        let mut paths: Vec<&str> = mounts
+            .iter()
+            .filter_map(|m| m["mountPath"].as_str())
+            .collect();
         paths.sort_unstable();
         let n = paths.len();
         paths.dedup();
@@ -473,7 +492,12 @@ fn violation(pod: &Value, namespace: &str) -> Option<String> {
             .map(str::to_owned)
             .chain(org_mounts.iter().cloned())
         {
-            let top = clean(&p).trim_start_matches('/').split('/').next().unwrap_or("").to_owned();
+            let top = clean(&p)
+                .trim_start_matches('/')
+                .split('/')
+                .next()
+                .unwrap_or("")
+                .to_owned();
             if top != "workspace" {
                 protected.push(top);
             }
@@ -513,7 +537,8 @@ fn violation(pod: &Value, namespace: &str) -> Option<String> {
                     .strip_prefix("tekton-internal-run-")
                     .is_some_and(|j| path == format!("/tekton/run/{j}"));
             let tektons_volume = volume(name).is_some_and(|v| {
-                v.get("emptyDir") == Some(&json!({})) || name == "tekton-internal-downward" && v.get("downwardAPI").is_some()
+                v.get("emptyDir") == Some(&json!({}))
+                    || name == "tekton-internal-downward" && v.get("downwardAPI").is_some()
             });
             if tektons && tektons_volume {
                 continue;

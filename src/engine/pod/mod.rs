@@ -1075,7 +1075,11 @@ spec:
             .as_array()
             .unwrap()
             .clone();
-        let spec = crate::tekton_pod::pod_spec(&steps);
+        let volumes = admitted["spec"]["taskSpec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let spec = crate::tekton_pod::pod_spec(&steps, &volumes);
         let text = serde_json::to_string(&spec)
             .unwrap()
             .replace("$(context.taskRun.name)", "run-1");
