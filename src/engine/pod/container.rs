@@ -412,7 +412,8 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
             .volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
-        if is_tektons_mount(name, &clean_path(path), volume) {
+        if is_tektons_mount(name, &clean_path(path), volume) || is_service_account_token(a, volume)
+        {
             continue;
         }
         let field = format!("volumeMounts[{i}]");
@@ -442,6 +443,25 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
         }
     }
     Ok(())
+}
+
+/// The API server's ServiceAccount admission plugin mounts the service account's token into
+/// every container (`mountServiceAccountToken`): `kube-api-access-<random>` at
+/// `/var/run/secrets/kubernetes.io/serviceaccount`, read-only, on the projected volume of
+/// `TokenVolumeSource`. It takes a Pod volume named `kube-api-access-…` that is already there
+/// for it, so one of the Task's own counts only if it is exactly that volume.
+fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
+    let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+    let token_volume = serde_json::json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
+    name.starts_with("kube-api-access-")
+        && equivalent(
+            mount,
+            &serde_json::json!({"name": name, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+        )
+        && volume.is_none_or(|v| equivalent(v, &token_volume))
 }
 
 /// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
@@ -938,6 +958,11 @@ mod tests {
             json!({"name": "tekton-internal-scripts", "configMap": {"name": "authors"}}),
             json!({"name": "ws-k7x2p", "configMap": {"name": "authors"}}),
             json!({"name": "bookend-creds", "secret": {"secretName": "org-creds"}}),
+            json!({"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}),
+            json!({"name": "kube-api-access-evil", "configMap": {"name": "authors-ca"}}),
         ];
         let base = json!([
             {"name": "tekton-internal-bin", "mountPath": "/tekton/bin", "readOnly": true},
@@ -975,6 +1000,10 @@ mod tests {
                 json!({"name": "tekton-creds-1a2b3c4d", "mountPath": "/tekton/creds-secrets/git"}),
             ),
             (&anywhere, json!({"name": "ws-k7x2p", "mountPath": "/data"})),
+            (
+                &strict,
+                json!({"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+            ),
             (
                 &anywhere,
                 json!({"name": "ws-k7x2p", "mountPath": "/workspace/credsx"}),
@@ -1038,6 +1067,17 @@ mod tests {
                 &anywhere,
                 json!({"name": "ws-k7x2p", "mountPath": "/tekton/home"}),
                 "(/tekton)",
+            ),
+            // The Task's own volume named for the ServiceAccount plugin, which takes it.
+            (
+                &anywhere,
+                json!({"name": "kube-api-access-evil", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+                "(/var)",
+            ),
+            (
+                &anywhere,
+                json!({"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}),
+                "(/var)",
             ),
         ];
         for (paths, mount, says) in refused {
