@@ -20,6 +20,7 @@
 use bookend::engine::pod::check_pod;
 use bookend::engine::{Catalog, Outcome, Request, decide_resolved_task};
 use bookend::policy::load::policy_set_from_yaml;
+use bookend::policy::validate::clean_path as clean;
 use bookend::policy::{PolicySet, Settings};
 use bookend::tekton::{ApiVersion, merge::merge_step_template};
 use proptest::prelude::*;
@@ -182,6 +183,16 @@ struct Case {
     template: Vec<(&'static str, &'static str, Option<&'static str>)>,
 }
 
+/// The Task's own volume names: plain ones and look-alikes of Tekton's and the API server's.
+const TASK_VOLUMES: &[&str] = &[
+    "data",
+    "ws-abcde",
+    "tekton-internal-scripts",
+    "tekton-internal-run-7",
+    "tekton-internal-home2",
+    "kube-api-access-abcde",
+];
+
 fn case() -> impl Strategy<Value = Case> {
     let path = prop::sample::select(PATHS);
     let sub_path = prop_oneof![3 => Just(None), 1 => Just(Some("sub")), 1 => Just(Some("token"))];
@@ -191,29 +202,19 @@ fn case() -> impl Strategy<Value = Case> {
         author_source(),
         sub_path.clone(),
     );
-    let volume_name = prop::sample::select(
-        &[
-            "data",
-            "ws-abcde",
-            "tekton-internal-scripts",
-            "tekton-internal-run-7",
-            "tekton-internal-home2",
-            "kube-api-access-abcde",
-        ][..],
-    );
+    let volume_name = prop::sample::select(TASK_VOLUMES);
+    // A stepTemplate mounts the Task's volumes, Tekton's and the policies'.
     let mounted = prop::sample::select(
-        &[
-            "data",
-            "ws-abcde",
-            "tekton-internal-scripts",
-            "tekton-internal-run-7",
-            "tekton-internal-home2",
-            "kube-api-access-abcde",
-            "tekton-internal-bin",
-            "tekton-internal-home",
-            "bookend-key",
-            "bookend-tools",
-        ][..],
+        TASK_VOLUMES
+            .iter()
+            .chain(&[
+                "tekton-internal-bin",
+                "tekton-internal-home",
+                "bookend-key",
+                "bookend-tools",
+            ])
+            .copied()
+            .collect::<Vec<_>>(),
     );
     (
         prop::sample::select(&["team-a", "open"][..]),
@@ -317,21 +318,6 @@ fn task_spec(set: &PolicySet, catalog: &Catalog, case: &Case) -> Value {
         }).collect::<Vec<_>>()});
     }
     spec
-}
-
-/// Go's `filepath.Clean` of an absolute path.
-fn clean(path: &str) -> String {
-    let mut parts: Vec<&str> = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" | "." => {}
-            ".." => {
-                parts.pop();
-            }
-            p => parts.push(p),
-        }
-    }
-    format!("/{}", parts.join("/"))
 }
 
 /// Tekton's internal mounts of every step (`implicitVolumeMounts`, `binROMount`,
