@@ -110,7 +110,7 @@ pub fn check_pod(
             check_containers(pod, &view, &policies, set.settings(), lookup).map_err(|e| {
                 Denial {
                     message: format!(
-                        "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun carried what reaches org steps)"
+                        "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun or the Task it resolved carried what reaches org steps: the mount or field named above)"
                     ),
                 }
             })?;
