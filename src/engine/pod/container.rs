@@ -492,6 +492,14 @@ fn is_tektons_mount(name: &str, path: &str, volume: Option<&Value>) -> bool {
                 path.strip_prefix("/tekton/debug/info/")
                     .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
                     && is("emptyDir")
+            } else if name.starts_with("tekton-creds-")
+                || name.starts_with("tekton-internal-secret-volume-")
+            {
+                // The service account's credential Secrets (`credsInit`: `tekton-creds-<hash>` in
+                // v1.15, `tekton-internal-secret-volume-<secret>-<random>` in v1.9 and earlier).
+                path.strip_prefix("/tekton/creds-secrets/")
+                    .is_some_and(|s| !s.is_empty() && !s.contains('/'))
+                    && is("secret")
             } else if let Some(internal) = name.strip_prefix("tekton-internal-") {
                 let at = match internal {
                     "home" | "results" | "steps" | "bin" | "artifacts" | "scripts" => {
@@ -501,11 +509,6 @@ fn is_tektons_mount(name: &str, path: &str, volume: Option<&Value>) -> bool {
                     _ => return false,
                 };
                 path == at && is("emptyDir")
-            } else if name.starts_with("tekton-creds-") {
-                // The service account's credential Secrets (`credsInit`).
-                path.strip_prefix("/tekton/creds-secrets/")
-                    .is_some_and(|s| !s.is_empty() && !s.contains('/'))
-                    && is("secret")
             } else {
                 false
             }
@@ -955,6 +958,7 @@ mod tests {
             json!({"name": "tekton-internal-run-0", "emptyDir": {}}),
             json!({"name": "tekton-internal-downward", "downwardAPI": {"items": []}}),
             json!({"name": "tekton-creds-1a2b3c4d", "secret": {"secretName": "git"}}),
+            json!({"name": "tekton-internal-secret-volume-git-x7k2p", "secret": {"secretName": "git"}}),
             json!({"name": "tekton-internal-scripts", "configMap": {"name": "authors"}}),
             json!({"name": "ws-k7x2p", "configMap": {"name": "authors"}}),
             json!({"name": "bookend-creds", "secret": {"secretName": "org-creds"}}),
@@ -998,6 +1002,10 @@ mod tests {
             (
                 &strict,
                 json!({"name": "tekton-creds-1a2b3c4d", "mountPath": "/tekton/creds-secrets/git"}),
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-secret-volume-git-x7k2p", "mountPath": "/tekton/creds-secrets/git"}),
             ),
             (&anywhere, json!({"name": "ws-k7x2p", "mountPath": "/data"})),
             (
