@@ -19,7 +19,6 @@
 #[path = "../tests/common/tekton_pod.rs"]
 mod tekton_pod;
 
-use std::collections::BTreeSet;
 use std::process::ExitCode;
 
 use serde_json::{Map, Value, json};
@@ -72,39 +71,24 @@ fn pod_of(taskrun: &Value) -> Result<Value, String> {
         .get("steps")
         .and_then(Value::as_array)
         .ok_or("no spec.taskSpec.steps")?;
-    let mut spec = tekton_pod::pod_spec(steps);
-    spec["automountServiceAccountToken"] = json!(false);
-    spec["restartPolicy"] = json!("Never");
-
     // Every volume a container mounts: Tekton's internal ones are emptyDirs, the Task's own
-    // come from the Task.
+    // come from the Task (all of them: Tekton copies the Task's volumes).
     let own: Vec<Value> = task_spec
         .get("volumes")
         .and_then(Value::as_array)
         .cloned()
         .unwrap_or_default();
-    let own_names: BTreeSet<&str> = own
-        .iter()
-        .filter_map(|v| v.get("name").and_then(Value::as_str))
-        .collect();
-    let mut internal = BTreeSet::new();
-    for list in ["initContainers", "containers"] {
-        for container in spec[list].as_array().into_iter().flatten() {
-            for mount in container["volumeMounts"].as_array().into_iter().flatten() {
-                if let Some(volume) = mount["name"].as_str()
-                    && !own_names.contains(volume)
-                {
-                    internal.insert(volume.to_owned());
-                }
-            }
+    let mut spec = tekton_pod::pod_spec(steps, &own);
+    spec["automountServiceAccountToken"] = json!(false);
+    spec["restartPolicy"] = json!("Never");
+    let volumes = spec["volumes"]
+        .as_array_mut()
+        .expect("pod_spec lists volumes");
+    for volume in own {
+        if !volumes.iter().any(|v| v["name"] == volume["name"]) {
+            volumes.push(volume);
         }
     }
-    let mut volumes: Vec<Value> = internal
-        .into_iter()
-        .map(|name| json!({"name": name, "emptyDir": {}}))
-        .collect();
-    volumes.extend(own);
-    spec["volumes"] = Value::Array(volumes);
 
     let mut labels = taskrun
         .pointer("/metadata/labels")

@@ -1,9 +1,10 @@
 //! Attacks on remote-resolver TaskRuns, from an independent breaker round (2026-12-02): on
 //! post-run verification from `status.taskSpec` and on the Pod backstop's reading of a remote
 //! TaskRun's Pod. Each test asserts the secure answer. `break_*` tests were bypasses when
-//! found; those fixed run, those still open are `#[ignore]`d with the reason (docs/security.md,
-//! "Open"), so `cargo test --test remote_attacks -- --ignored` shows what is left. `held_*`
-//! attacks failed; `dos_*` are wrong `fail` verdicts (never a wrong pass).
+//! found, each comment saying what it was and what refuses it now; anything still open is
+//! `#[ignore]`d with the reason (docs/security.md, "Open"), so `cargo test --test
+//! remote_attacks -- --ignored` shows what is left. `held_*` attacks failed; `dos_*` are wrong
+//! `fail` verdicts (never a wrong pass).
 
 #[path = "common/tekton_pod.rs"]
 #[allow(dead_code)]
@@ -120,12 +121,13 @@ fn baseline_dry_run_task_passes() {
     );
 }
 
-/// BREAK (I8: "a Task the dry-run mutation did not reach ... fails every policy of the record,
-/// whatever its steps did"). The dry-run mutation did not run (fail open, 3 s) and the Pod
-/// backstop is in warn mode. The author's Task carries the org steps exactly as bookend writes
-/// them, plus a `stepTemplate` and a Task volume: Tekton merges the template into EVERY step at
-/// Pod build (org steps included: /bin replaced by the author's ConfigMap, PATH changed), but
-/// verification compares only `status.taskSpec.steps` and never looks at stepTemplate/volumes.
+/// Was a BREAK (I8: "a Task the dry-run mutation did not reach ... fails every policy of the
+/// record, whatever its steps did"). The dry-run mutation did not run (fail open, 3 s) and the
+/// Pod backstop is in warn mode. The author's Task carries the org steps exactly as bookend
+/// writes them, plus a `stepTemplate` and a Task volume: Tekton merges the template into EVERY
+/// step at Pod build (org steps included: /bin replaced by the author's ConfigMap, PATH
+/// changed). Verification compared only `status.taskSpec.steps`; now a Task with a
+/// stepTemplate is not one the dry-run could have left, and every policy fails.
 #[test]
 fn break_step_template_in_unmutated_task_passes_verification() {
     let set = set();
@@ -137,7 +139,6 @@ fn break_step_template_in_unmutated_task_passes_verification() {
         json!([{"name": "fake-bin", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
     let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
     eprintln!("verdicts: {:?}", verdicts(&v));
-    // The claim says: fail. What happens:
     assert!(
         v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
         "BROKEN: every policy passed although Tekton ran the org steps with the author's stepTemplate (/bin and PATH replaced): {v:?}"
@@ -160,7 +161,7 @@ fn pod(steps: &[Value]) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": "attack-1-pod", "namespace": "team-a",
                         "labels": {"tekton.dev/taskRun": "attack-1", "tekton.dev/taskRunUID": "u-1"}},
-           "spec": tekton_pod::pod_spec(steps)})
+           "spec": tekton_pod::pod_spec(steps, &[])})
 }
 
 /// HELD (baseline): the Pod of the dry-run's Task passes the backstop; one without the org
@@ -180,11 +181,11 @@ fn baseline_pod_backstop() {
     assert!(check_pod(&pod(&without), &tr, &set, &catalog()).is_err());
 }
 
-/// BREAK (Pod backstop: "refuses a remote TaskRun's Pod that ... carries altered ones"). No
-/// policy is `Always`, yet `check_shape` reads every org container "with bookend's Always
+/// Was a BREAK (Pod backstop: "refuses a remote TaskRun's Pod that ... carries altered ones").
+/// No policy is `Always`, yet `check_shape` read every org container "with bookend's Always
 /// changes" (`with_always_changes`), unconditionally: an org pre-step altered to
-/// `onError: continue` (a failing org check no longer stops the author's steps; the TaskRun
-/// still succeeds) is admitted.
+/// `onError: continue` (a failing org check no longer stops the author's steps) was admitted.
+/// Now those changes are bookend's only under an `Always` policy.
 #[test]
 fn break_pod_backstop_accepts_on_error_continue_on_org_pre_step() {
     let set = set();
@@ -201,9 +202,10 @@ fn break_pod_backstop_accepts_on_error_continue_on_org_pre_step() {
     );
 }
 
-/// BREAK (same): the org pre-step made conditional on a gate result (a `when` the backstop takes
-/// for bookend's), with a fake gate of bookend's exact form that always writes `false`
-/// (it reads a result file that never exists): the org pre-step is Skipped, the Pod admitted.
+/// Was a BREAK (same): the org pre-step made conditional on a gate result (a `when` the
+/// backstop took for bookend's), with a fake gate of bookend's exact form that always writes
+/// `false` (it reads a result file that never exists): the org pre-step Skipped, the Pod
+/// admitted. Refused now as the one above.
 #[test]
 fn break_pod_backstop_accepts_gate_when_on_org_pre_step_with_fake_gate() {
     let set = set();
@@ -383,16 +385,16 @@ spec:
     );
 }
 
-/// BREAK (Pod backstop in ENFORCE mode + verification; no warn mode needed, only the dry-run
-/// mutation skipped, which fails open after 3 s and which the Pod backstop is said to close).
-/// The author's resolved Task carries the org steps exactly as bookend writes them and declares
-/// `workspaces: [{name: tools, mountPath: /bin}]` (Tekton's validation only wants mount paths
-/// unique); the TaskRun binds `tools` to a ConfigMap of the author's (defaultMode 0755) holding
-/// `sh`. Tekton mounts every Task workspace into every step through the stepTemplate it builds
-/// (`workspace.Apply`), org steps included, as volume `ws-<random>`. `container::check_mounts`
-/// accepts any `ws-*` mount at any path outside /tekton/ on an org container, so the Pod is
-/// admitted; verification never reads `status.taskSpec.workspaces`, so the policy passes while
-/// the org steps ran the author's /bin/sh.
+/// Was a BREAK (Pod backstop in ENFORCE mode + verification; no warn mode needed, only the
+/// dry-run mutation skipped, which fails open after 3 s and which the Pod backstop is said to
+/// close). The author's resolved Task carries the org steps exactly as bookend writes them and
+/// declares `workspaces: [{name: tools, mountPath: /bin}]` (Tekton's validation only wants
+/// mount paths unique); the TaskRun binds `tools` to a ConfigMap of the author's (defaultMode
+/// 0755) holding `sh`. Tekton mounts every Task workspace into every step through the
+/// stepTemplate it builds (`workspace.Apply`), org steps included, as volume `ws-<random>`.
+/// `container::check_mounts` accepted any `ws-*` mount outside /tekton/ on an org container.
+/// Now the Pod backstop refuses it by the dry-run's own rule (`isolate::OrgPaths`), and
+/// verification fails the policy (it reads `status.taskSpec.workspaces` the same way).
 #[test]
 fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verification() {
     let set = set();
@@ -420,9 +422,19 @@ fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verificati
         json!([{"name": "tools", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
     let v = verify(&finished(tr_ran, ran), &set, &catalog()).unwrap();
     eprintln!("verdicts: {:?}", verdicts(&v));
+    let refusal = pod_answer.expect_err("the Pod backstop refuses the workspace over /bin");
     assert!(
-        pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
-        "BROKEN: Pod admitted AND every policy passed, with the author's workspace over the org steps' /bin"
+        refusal
+            .message
+            .contains("\"ws-k7x2p\" at \"/bin\", a workspace or a volume of the Task's")
+            && refusal
+                .message
+                .contains("allows workspaces only under /workspace"),
+        "the denial names the mount and the fix: {refusal}"
+    );
+    assert!(
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "verification fails every policy too: {v:?}"
     );
 }
 
@@ -446,12 +458,13 @@ fn held_dry_run_refuses_workspace_over_bin() {
     assert_eq!(d.outcome, Outcome::Denied);
 }
 
-/// BREAK (Pod backstop in ENFORCE mode + verification, dry-run mutation skipped): the policy's
-/// own volume (here the ConfigMap holding the org scanner's rules) is defined by the author's
-/// Task instead, pointing at the author's ConfigMap. The org container mounts a volume of the
-/// right name at the right path, so `check_mounts` is satisfied; nothing in the Pod backstop
-/// reads the Pod's `spec.volumes` sources, and verification never reads
-/// `status.taskSpec.volumes`: the org step scanned with the author's rules and the policy passes.
+/// Was a BREAK (Pod backstop in ENFORCE mode + verification, dry-run mutation skipped): the
+/// policy's own volume (here the ConfigMap holding the org scanner's rules) is defined by the
+/// author's Task instead, pointing at the author's ConfigMap. The org container mounts a volume
+/// of the right name at the right path, so `check_mounts` is satisfied; nothing in the Pod
+/// backstop read the Pod's `spec.volumes` sources. Now the Pod backstop compares each volume
+/// of a policy's name with the policy's definition (as the API server defaults it), and
+/// verification compares `status.taskSpec.volumes` the same way.
 #[test]
 fn break_policy_volume_redefined_by_unmutated_task() {
     const VOL_POLICY: &str = r#"
@@ -487,17 +500,25 @@ spec:
     eprintln!("backstop answer: {pod_answer:?}");
     let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
     eprintln!("verdicts: {:?}", verdicts(&v));
+    let refusal = pod_answer.expect_err("the Pod backstop refuses the author's volume");
     assert!(
-        pod_answer.is_err() || v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
-        "BROKEN: Pod admitted AND the policy passed with the org volume pointing at the author's ConfigMap"
+        refusal
+            .message
+            .contains("is not the volume ClusterStepPolicy/scan defines")
+            && refusal.message.contains("spec.volumes["),
+        "the denial names the volume, the policy and the fix: {refusal}"
+    );
+    assert!(
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "verification fails the policy too: {v:?}"
     );
 }
 
-/// Attribution (dry-run mutation skipped): a step named like another namespace's StepPolicy's
-/// step in the author's Task makes verification produce a verdict for that StepPolicy on a
-/// team-a TaskRun (`covered` adds "any current policy one of whose steps the TaskRun carries",
-/// whatever its namespace or selector). With an exact copy of the composition it is a PASS.
-/// BREAK if a verdict for StepPolicy/team-b/… appears on this team-a TaskRun.
+/// Was a BREAK, attribution (dry-run mutation skipped): a step named like another namespace's
+/// StepPolicy's step in the author's Task made verification produce a verdict for that
+/// StepPolicy on a team-a TaskRun (`covered` added "any current policy one of whose steps the
+/// TaskRun carries", whatever its namespace or selector). Now a step counts for a policy only
+/// where that policy can apply: no verdict for StepPolicy/team-b/… on this team-a TaskRun.
 #[test]
 fn break_verdict_attributed_to_other_namespaces_step_policy() {
     const TWO: &str = r#"

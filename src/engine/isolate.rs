@@ -412,12 +412,7 @@ fn check_record_param(task_spec: &Value) -> Result<(), Denial> {
 
 /// Workspaces: Tekton mounts each into every step at the path the Task chose, verbatim.
 fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial> {
-    let mode = applied
-        .iter()
-        .map(|p| p.spec.workspace_mounts)
-        .max()
-        .unwrap_or(WorkspaceMounts::Anywhere);
-    let protected = protected_directories(applied);
+    let org_paths = OrgPaths::of(applied);
     for (i, workspace) in list(task_spec.get("workspaces")).iter().enumerate() {
         let name = workspace.get("name").and_then(Value::as_str).unwrap_or("");
         // Tekton mounts a workspace without mountPath at `filepath.Join("/workspace", name)`
@@ -435,6 +430,16 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
             .and_then(Value::as_str)
             .filter(|p| !p.is_empty())
         else {
+            // At /workspace/<name>, which can still be above an org step's own mount.
+            let path = format!("/workspace/{name}");
+            if let Some(refusal) = org_paths.refusal(&path) {
+                return Err(Denial::field(
+                    format!("spec.taskSpec.workspaces[{i}].name"),
+                    format!(
+                        "{name:?}: Tekton mounts the workspace at {path} in every step, org steps included, {refusal}; or name the workspace otherwise"
+                    ),
+                ));
+            }
             continue;
         };
         let field = format!("spec.taskSpec.workspaces[{i}].mountPath");
@@ -446,18 +451,59 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
                 ),
             ));
         }
-        let clean = clean_path(path);
-        if mode == WorkspaceMounts::UnderWorkspace && !clean.starts_with("/workspace/") {
-            let strict = applied
-                .iter()
-                .find(|p| p.spec.workspace_mounts == WorkspaceMounts::UnderWorkspace)
-                .map(|p| p.id.to_string())
-                .unwrap_or_default();
+        if let Some(refusal) = org_paths.refusal(path) {
             return Err(Denial::field(
                 field,
                 format!(
-                    "{path:?}: Tekton mounts workspaces into every step, org steps included, where a workspace could replace what they run from, so {strict} allows workspaces only under /workspace; leave mountPath out (/workspace/<name>) or mount it under /workspace/"
+                    "{path:?}: Tekton mounts workspaces into every step, org steps included, {refusal}"
                 ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Where the author's files may not be mounted in a container that runs an org step: the
+/// dry-run's rule for the Task's workspaces (which Tekton mounts into every step), and the Pod
+/// backstop's for every mount of an org container that is neither the policy's nor Tekton's.
+pub struct OrgPaths {
+    /// The policy that allows workspaces only under /workspace, if one applies.
+    strict: Option<String>,
+    /// System directories and the top-level directories org steps run from.
+    protected: BTreeSet<String>,
+    /// The org steps' own mount paths, cleaned: nothing of the author's at, above or below.
+    mounts: BTreeSet<String>,
+}
+
+impl OrgPaths {
+    pub fn of(applied: &[&Policy]) -> Self {
+        let strict = applied
+            .iter()
+            .find(|p| p.spec.workspace_mounts == WorkspaceMounts::UnderWorkspace)
+            .map(|p| p.id.to_string());
+        let mounts = applied
+            .iter()
+            .flat_map(|p| p.pre_steps.iter().chain(&p.post_steps))
+            .flat_map(|s| list(s.get("volumeMounts")))
+            .filter_map(|m| m.get("mountPath").and_then(Value::as_str))
+            .map(clean_path)
+            .collect();
+        Self {
+            strict,
+            protected: protected_directories(applied),
+            mounts,
+        }
+    }
+
+    /// Why the author's files at `path` (written out, no variables) would reach what an org
+    /// step runs from or reads, with the fix; `None` where they may be.
+    pub fn refusal(&self, path: &str) -> Option<String> {
+        let clean = clean_path(path);
+        if let Some(strict) = &self.strict
+            && !clean.starts_with("/workspace/")
+        {
+            return Some(format!(
+                "where a workspace could replace what they run from, so {strict} allows workspaces only under /workspace; leave mountPath out (/workspace/<name>) or mount it under /workspace/"
             ));
         }
         let top = clean
@@ -465,21 +511,30 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
             .split('/')
             .next()
             .unwrap_or("");
-        if clean == "/" || clean == "/workspace" || protected.contains(top) {
-            return Err(Denial::field(
-                field,
-                format!(
-                    "{path:?}: Tekton mounts workspaces into every step, org steps included, and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
-                    if clean == "/" {
-                        "/".to_owned()
-                    } else {
-                        format!("/{top}")
-                    }
-                ),
+        if clean == "/" || clean == "/workspace" || self.protected.contains(top) {
+            return Some(format!(
+                "and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
+                if clean == "/" {
+                    "/".to_owned()
+                } else {
+                    format!("/{top}")
+                }
             ));
         }
+        let within = |inner: &str, outer: &str| {
+            inner
+                .strip_prefix(outer)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        };
+        self.mounts
+            .iter()
+            .find(|m| within(&clean, m) || within(m, &clean))
+            .map(|m| {
+                format!(
+                    "and a workspace there would cover or hide the org steps' own mount at {m}; mount it in a directory of its own"
+                )
+            })
     }
-    Ok(())
 }
 
 /// A workspace name Tekton can join under /workspace without leaving it.

@@ -6,9 +6,9 @@
 use base64::Engine as _;
 use serde_json::{Value, json};
 
-/// The `spec` members `containers` and `initContainers` (`place-scripts`, when a step has a
-/// script) Tekton builds for `steps`.
-pub fn pod_spec(steps: &[Value]) -> Value {
+/// The `spec` members `containers`, `initContainers` (`place-scripts`, when a step has a
+/// script) and `volumes` Tekton builds for `steps` and the Task's `volumes`.
+pub fn pod_spec(steps: &[Value], task_volumes: &[Value]) -> Value {
     let mut place_scripts = String::new();
     let containers: Vec<Value> = steps
         .iter()
@@ -20,8 +20,9 @@ pub fn pod_spec(steps: &[Value]) -> Value {
         spec["initContainers"] = json!([{"name": "place-scripts", "image": "cgr.dev/chainguard/busybox",
             "command": ["sh"], "args": ["-c", place_scripts]}]);
     }
-    // Every mounted volume exists (an emptyDir, as Tekton's internal volumes are), so that the
-    // apiserver's own validation passes and the webhooks decide.
+    // Every mounted volume exists (the Task's as the Task defines it, Tekton copies them; the
+    // others an emptyDir, as Tekton's internal volumes are), so that the apiserver's own
+    // validation passes and the webhooks decide.
     let mut volumes: Vec<String> = Vec::new();
     for c in spec["containers"].as_array().into_iter().flatten() {
         for m in c["volumeMounts"].as_array().into_iter().flatten() {
@@ -34,7 +35,13 @@ pub fn pod_spec(steps: &[Value]) -> Value {
     }
     spec["volumes"] = volumes
         .into_iter()
-        .map(|n| json!({"name": n, "emptyDir": {}}))
+        .map(|n| {
+            task_volumes
+                .iter()
+                .find(|v| v["name"] == n.as_str())
+                .cloned()
+                .unwrap_or_else(|| json!({"name": n, "emptyDir": {}}))
+        })
         .collect();
     spec
 }

@@ -96,14 +96,18 @@ fn remote_taskrun_of(namespace: &str, name: &str, task: &str) -> Value {
 /// impersonates its user): what the controller will run. Only to learn what the API server
 /// does at the moment; the scenarios' runs are the controller's own requests.
 fn controller_dry_run(env: &Env) -> Result<Vec<String>, String> {
+    Ok(names(&controller_dry_run_task(env)?["spec"]["steps"]))
+}
+
+/// The catalog's Task as the controller's dry-run CREATE in the covered namespace returns it.
+fn controller_dry_run_task(env: &Env) -> Result<Value, String> {
     let (namespace, name) = CONTROLLER_SA;
     let user = format!("--as=system:serviceaccount:{namespace}:{name}");
     let mut probe = task();
     probe["metadata"] = json!({"generateName": "probe-", "namespace": REMOTE});
-    let out = env
-        .kubectl
-        .with_object(&["create", "--dry-run=server", &user], &probe);
-    Ok(names(&out.try_json()?["spec"]["steps"]))
+    env.kubectl
+        .with_object(&["create", "--dry-run=server", &user], &probe)
+        .try_json()
 }
 
 /// The catalog's Task with rt-remote's steps around it: what the dry-run returns and runs.
@@ -132,6 +136,22 @@ fn pod_reviews(ctx: &Ctx, pod: &str) -> Vec<String> {
 pub fn run_catalog_task(env: &Env, namespace: &str, name: &str) -> Finished {
     ensure_task(env);
     env.run_one(&remote_taskrun_of(namespace, name, TASK))
+}
+
+/// A Task in the catalog namespace that carries rt-remote's org steps exactly as bookend's
+/// dry-run writes them, and a workspace over `/bin`: what an author's Task gives Tekton when the
+/// dry-run mutation did not run (issue 26). Tekton mounts the workspace into every step, the
+/// org's included.
+const COPIES_TASK: &str = "rt-remote-copies";
+
+fn copies_task(env: &Env) -> Value {
+    let injected =
+        controller_dry_run_task(env).expect("the controller's dry-run of the catalog's Task");
+    let mut spec = injected["spec"].clone();
+    assert_eq!(names(&spec["steps"]), INJECTED, "{spec}");
+    spec["workspaces"] = json!([{"name": "tools", "mountPath": "/bin"}]);
+    json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+           "metadata": {"name": COPIES_TASK, "namespace": CATALOG}, "spec": spec})
 }
 
 /// Creates the catalog's Tasks (or leaves them as they are).
@@ -344,12 +364,17 @@ fn without_dry_run_entry<T>(ctx: &Ctx, check: impl FnOnce() -> T) -> T {
 
 pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
     ensure_task(&ctx.env);
-    let run = without_dry_run_entry(ctx, || {
+    ctx.env.kubectl.apply(&copies_task(&ctx.env));
+    let (run, copies) = without_dry_run_entry(ctx, || {
         let (name, _) = ctx.env.start(&remote_taskrun("remote-bare"));
-        Finished {
-            object: ctx.env.wait("taskrun", REMOTE, &name),
+        let mut with_copies = remote_taskrun_of(REMOTE, "remote-copies", COPIES_TASK);
+        with_copies["spec"]["workspaces"] = json!([{"name": "tools", "emptyDir": {}}]);
+        let (copies, _) = ctx.env.start(&with_copies);
+        let finished = |name: &str| Finished {
+            object: ctx.env.wait("taskrun", REMOTE, name),
             took: Duration::ZERO,
-        }
+        };
+        (finished(&name), finished(&copies))
     });
     let env = &ctx.env;
     let name = run.name().to_owned();
@@ -379,6 +404,25 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
                 !message.contains("bookend-remote-labelled"),
                 "a policy the dry-run cannot apply is not required: {message}"
             );
+        },
+    );
+    checks.check(
+        "a Task with copies of the org steps and a workspace over /bin: its Pod refused",
+        || {
+            let (status, reason, message) = copies.condition();
+            assert_eq!(
+                (status.as_str(), reason.as_str()),
+                ("False", "PodCreationFailed"),
+                "{message}"
+            );
+            for says in [
+                "admission webhook \"pods.validate.bookend.dev\" denied the request",
+                "container step-bookend-remote-pre (ClusterStepPolicy/rt-remote) volumeMounts[",
+                "at \"/bin\", a workspace or a volume of the Task's",
+                "allows workspaces only under /workspace",
+            ] {
+                assert!(message.contains(says), "{says:?} in {message}");
+            }
         },
     );
     checks.check("nothing ran", || {
@@ -444,5 +488,8 @@ pub fn scenario_remote_backstop(ctx: &mut Ctx) -> String {
         assert_trace(env, &again, &INJECTED);
     });
     checks.finish();
-    format!("{status}/{reason}: {message}")
+    let (_, _, refused_copies) = copies.condition();
+    format!(
+        "{status}/{reason}: {message}; with copies of the org steps and a workspace over /bin: {refused_copies}"
+    )
 }

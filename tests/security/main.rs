@@ -17,6 +17,7 @@ mod invariant;
 mod marks;
 mod oracle;
 mod provenance_record;
+mod pod_backstop;
 mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};

@@ -15,6 +15,8 @@ use base64::Engine as _;
 use serde_json::{Map, Value};
 
 use crate::engine::canonical::{canonical, equivalent};
+use crate::engine::isolate::OrgPaths;
+use crate::policy::validate::clean_path;
 
 /// Tekton's entrypoint binary, every step container's command.
 const ENTRYPOINT: &str = "/tekton/bin/entrypoint";
@@ -94,6 +96,12 @@ pub struct PodFacts<'a> {
     pub place_scripts: Option<&'a str>,
     /// Env entries of the platform's default pod template (Tekton appends them to every step).
     pub platform_env: &'a [Value],
+    /// The Pod's volumes (`spec.volumes`).
+    pub volumes: &'a [Value],
+    /// Where nothing of the author's may be mounted in an org container (the dry-run's rule).
+    pub org_paths: &'a OrgPaths,
+    /// bookend's reserved prefix, which its volumes' names carry.
+    pub prefix: &'a str,
 }
 
 /// Checks `container` (a Pod container) against `step`, the step bookend composed for it (its
@@ -304,7 +312,7 @@ pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), 
             return differ(key, "not the policy's");
         }
     }
-    check_mounts(container, step)?;
+    check_mounts(container, step, pod)?;
     // The policy's keys as defined; keys it leaves unset are the platform's to fill (a
     // LimitRange's requests, an SCC's runAsUser).
     if !covers(
@@ -379,9 +387,12 @@ fn strip_value(v: &Value) -> Value {
     v
 }
 
-/// The policy's mounts as defined; every other mount Tekton's (its internal volumes at
-/// `/tekton/…` and `/workspace`, the per-step credentials home) or a workspace's (`ws-…`).
-fn check_mounts(container: &Value, step: &Value) -> Result<(), Difference> {
+/// The policy's mounts as defined; every other mount Tekton's own (its volume at its path) or
+/// the author's (a workspace, a volume a stepTemplate mounts: Tekton mounts both into every
+/// step) where the dry-run would let a workspace be, never over what org steps run from. The
+/// dry-run mutation refuses or removes all of these; an outage skips it, so the Pod is where
+/// they show.
+fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), Difference> {
     let actual = member(container, "volumeMounts");
     let actual = actual.as_array().map_or(&[][..], Vec::as_slice);
     let want = member(step, "volumeMounts");
@@ -397,21 +408,112 @@ fn check_mounts(container: &Value, step: &Value) -> Result<(), Difference> {
         }
         let name = a.get("name").and_then(Value::as_str).unwrap_or("");
         let path = a.get("mountPath").and_then(Value::as_str).unwrap_or("");
-        let tekton_path = path == "/workspace" || path.starts_with("/tekton/");
-        let tekton = (name.starts_with("tekton-internal-")
-            || name.starts_with("tekton-creds-init-home-"))
-            && tekton_path;
-        let workspace = name.starts_with("ws-") && !path.starts_with("/tekton/");
-        if !tekton && !workspace {
+        let volume = pod
+            .volumes
+            .iter()
+            .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
+        if is_tektons_mount(name, &clean_path(path), volume) || is_service_account_token(a, volume)
+        {
+            continue;
+        }
+        let field = format!("volumeMounts[{i}]");
+        if name.starts_with(pod.prefix) {
             return differ(
-                format!("volumeMounts[{i}]"),
+                field,
                 format!(
-                    "{name:?} at {path:?} is not the policy's, nor Tekton's, nor a workspace's"
+                    "{name:?} at {path:?}: bookend's volume where the policy does not mount it (a mount of the TaskRun's Task); remove it from the Task's steps, stepTemplate and workspaces"
+                ),
+            );
+        }
+        if name.starts_with("tekton-") {
+            return differ(
+                field,
+                format!(
+                    "{name:?} at {path:?} is not one of Tekton's own mounts (Tekton's volume at Tekton's path); remove it from the Task's stepTemplate"
+                ),
+            );
+        }
+        if let Some(refusal) = pod.org_paths.refusal(path) {
+            return differ(
+                field,
+                format!(
+                    "{name:?} at {path:?}, a workspace or a volume of the Task's: Tekton mounts workspaces (and the stepTemplate's mounts) into every step, org steps included, {refusal}"
                 ),
             );
         }
     }
     Ok(())
+}
+
+/// The API server's ServiceAccount admission plugin mounts the service account's token into
+/// every container (`mountServiceAccountToken`): `kube-api-access-<random>` at
+/// `/var/run/secrets/kubernetes.io/serviceaccount`, read-only, on the projected volume of
+/// `TokenVolumeSource`. It takes a Pod volume named `kube-api-access-…` that is already there
+/// for it, so one of the Task's own counts only if it is exactly that volume.
+fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
+    let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+    let token_volume = serde_json::json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
+    name.starts_with("kube-api-access-")
+        && equivalent(
+            mount,
+            &serde_json::json!({"name": name, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+        )
+        && volume.is_none_or(|v| equivalent(v, &token_volume))
+}
+
+/// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
+/// `runMount`, `downwardMount`, the scripts and debug mounts, `credsInit`'s): the volume Tekton
+/// names, at the path Tekton mounts it, of the kind Tekton makes. A look-alike name elsewhere,
+/// or on a volume of the Task's own making, is not Tekton's.
+fn is_tektons_mount(name: &str, path: &str, volume: Option<&Value>) -> bool {
+    // A mount of a volume the Pod lacks never reaches the webhook: the API server validates
+    // the object before its validating webhooks see it.
+    let is = |kind: &str| volume.is_none_or(|v| v.get(kind).is_some_and(Value::is_object));
+    let indexed = |prefix: &str, rest: &str| {
+        !rest.is_empty()
+            && rest.bytes().all(|b| b.is_ascii_digit())
+            && path.strip_prefix(prefix) == Some(rest)
+    };
+    match name {
+        "tekton-internal-workspace" => path == "/workspace" && is("emptyDir"),
+        "tekton-internal-downward" => path == "/tekton/downward" && is("downwardAPI"),
+        _ => {
+            if let Some(rest) = name.strip_prefix("tekton-internal-run-") {
+                indexed("/tekton/run/", rest) && is("emptyDir")
+            } else if let Some(rest) = name.strip_prefix("tekton-creds-init-home-") {
+                !rest.is_empty()
+                    && rest.bytes().all(|b| b.is_ascii_digit())
+                    && path == "/tekton/creds"
+                    && is("emptyDir")
+            } else if name == "tekton-internal-debug-info" {
+                path.strip_prefix("/tekton/debug/info/")
+                    .is_some_and(|i| !i.is_empty() && i.bytes().all(|b| b.is_ascii_digit()))
+                    && is("emptyDir")
+            } else if name.starts_with("tekton-creds-")
+                || name.starts_with("tekton-internal-secret-volume-")
+            {
+                // The service account's credential Secrets (`credsInit`: `tekton-creds-<hash>` in
+                // v1.15, `tekton-internal-secret-volume-<secret>-<random>` in v1.9 and earlier).
+                path.strip_prefix("/tekton/creds-secrets/")
+                    .is_some_and(|s| !s.is_empty() && !s.contains('/'))
+                    && is("secret")
+            } else if let Some(internal) = name.strip_prefix("tekton-internal-") {
+                let at = match internal {
+                    "home" | "results" | "steps" | "bin" | "artifacts" | "scripts" => {
+                        format!("/tekton/{internal}")
+                    }
+                    "debug-scripts" => "/tekton/debug/scripts".to_owned(),
+                    _ => return false,
+                };
+                path == at && is("emptyDir")
+            } else {
+                false
+            }
+        }
+    }
 }
 
 /// The script Tekton placed for the step, decoded from the place-scripts init container, is
@@ -766,9 +868,17 @@ mod tests {
         let step = json!({"name": "bookend-x", "image": "alpine", "command": ["/bin/upload"],
                           "args": ["--to", "$(context.taskRun.namespace)"], "onError": "continue",
                           "env": [{"name": "MODE", "value": "strict"}]});
+        let volumes = [
+            json!({"name": "tekton-internal-bin", "emptyDir": {}}),
+            json!({"name": "tekton-internal-run-0", "emptyDir": {}}),
+        ];
+        let org_paths = OrgPaths::of(&[]);
         let facts = PodFacts {
             place_scripts: None,
             platform_env: &[],
+            volumes: &volumes,
+            org_paths: &org_paths,
+            prefix: "bookend-",
         };
         let args = [
             "-post_file",
@@ -829,5 +939,158 @@ mod tests {
         let mut c = good.clone();
         c["ports"] = json!([{"containerPort": 80}]);
         assert_eq!(field_of(&c), "ports");
+    }
+
+    #[test]
+    fn an_org_container_sees_the_policys_mounts_and_tektons_and_nothing_of_the_authors_over_its_paths()
+     {
+        let set = crate::engine::tests::policies(
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  volumes: [{name: bookend-creds, secret: {secretName: org-creds}}]\n  preSteps: [{name: bookend-x, image: alpine, command: [/usr/local/bin/x], volumeMounts: [{name: bookend-creds, mountPath: /workspace/creds, readOnly: true}]}]\n",
+        );
+        let policies: Vec<&crate::policy::Policy> = set.policies().iter().collect();
+        let step = policies[0].pre_steps[0].clone();
+        let strict = OrgPaths::of(&policies);
+        let mut anywhere_policy = policies[0].clone();
+        anywhere_policy.spec.workspace_mounts = crate::policy::WorkspaceMounts::Anywhere;
+        let anywhere = OrgPaths::of(&[&anywhere_policy]);
+        let volumes = [
+            json!({"name": "tekton-internal-bin", "emptyDir": {}}),
+            json!({"name": "tekton-internal-run-0", "emptyDir": {}}),
+            json!({"name": "tekton-internal-downward", "downwardAPI": {"items": []}}),
+            json!({"name": "tekton-creds-1a2b3c4d", "secret": {"secretName": "git"}}),
+            json!({"name": "tekton-internal-secret-volume-git-x7k2p", "secret": {"secretName": "git"}}),
+            json!({"name": "tekton-internal-scripts", "configMap": {"name": "authors"}}),
+            json!({"name": "ws-k7x2p", "configMap": {"name": "authors"}}),
+            json!({"name": "bookend-creds", "secret": {"secretName": "org-creds"}}),
+            json!({"name": "kube-api-access-x7k2p", "projected": {"defaultMode": 420, "sources": [
+                {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}}),
+            json!({"name": "kube-api-access-evil", "configMap": {"name": "authors-ca"}}),
+        ];
+        let base = json!([
+            {"name": "tekton-internal-bin", "mountPath": "/tekton/bin", "readOnly": true},
+            {"name": "tekton-internal-run-0", "mountPath": "/tekton/run/0"},
+            {"name": "bookend-creds", "mountPath": "/workspace/creds", "readOnly": true}]);
+        let with = |mount: Value| {
+            let mut mounts = base.clone();
+            mounts.as_array_mut().unwrap().push(mount);
+            json!({"name": "step-bookend-x", "image": "alpine", "command": [ENTRYPOINT],
+                   "args": ["-post_file", "/tekton/run/0/out", "-termination_path", "/tekton/termination",
+                            "-step_metadata_dir", "/tekton/run/0/status", "-entrypoint", "/usr/local/bin/x", "--"],
+                   "volumeMounts": mounts})
+        };
+        let answer = |paths: &OrgPaths, mount: Value| {
+            let facts = PodFacts {
+                place_scripts: None,
+                platform_env: &[],
+                volumes: &volumes,
+                org_paths: paths,
+                prefix: "bookend-",
+            };
+            check(&with(mount), &step, &facts).map_err(|d| d.what)
+        };
+        let admitted = [
+            (
+                &strict,
+                json!({"name": "ws-k7x2p", "mountPath": "/workspace/src"}),
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-downward", "mountPath": "/tekton/downward", "readOnly": true}),
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-creds-1a2b3c4d", "mountPath": "/tekton/creds-secrets/git"}),
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-secret-volume-git-x7k2p", "mountPath": "/tekton/creds-secrets/git"}),
+            ),
+            (&anywhere, json!({"name": "ws-k7x2p", "mountPath": "/data"})),
+            (
+                &strict,
+                json!({"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/workspace/credsx"}),
+            ),
+        ];
+        for (paths, mount) in admitted {
+            assert_eq!(answer(paths, mount.clone()), Ok(()), "{mount}");
+        }
+        let refused = [
+            (
+                &strict,
+                json!({"name": "ws-k7x2p", "mountPath": "/bin"}),
+                "allows workspaces only under /workspace",
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/usr/lib/"}),
+                "would replace what they run from (/usr)",
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/"}),
+                "would replace what they run from (/)",
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/workspace"}),
+                "(/workspace)",
+            ),
+            (
+                &strict,
+                json!({"name": "ws-k7x2p", "mountPath": "/workspace/creds/token", "subPath": "t"}),
+                "own mount at /workspace/creds",
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/workspace/./creds/.."}),
+                "(/workspace)",
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-bin", "mountPath": "/tekton/bin/entrypoint"}),
+                "not one of Tekton's own",
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-scripts", "mountPath": "/tekton/scripts"}),
+                "not one of Tekton's own",
+            ),
+            (
+                &strict,
+                json!({"name": "tekton-internal-run-1", "mountPath": "/tekton/run/0x"}),
+                "not one of Tekton's own",
+            ),
+            (
+                &strict,
+                json!({"name": "bookend-creds", "mountPath": "/workspace/other"}),
+                "bookend's volume",
+            ),
+            (
+                &anywhere,
+                json!({"name": "ws-k7x2p", "mountPath": "/tekton/home"}),
+                "(/tekton)",
+            ),
+            // The Task's own volume named for the ServiceAccount plugin, which takes it.
+            (
+                &anywhere,
+                json!({"name": "kube-api-access-evil", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
+                "(/var)",
+            ),
+            (
+                &anywhere,
+                json!({"name": "kube-api-access-x7k2p", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount"}),
+                "(/var)",
+            ),
+        ];
+        for (paths, mount, says) in refused {
+            let what = answer(paths, mount.clone()).unwrap_err();
+            assert!(what.contains(says), "{mount}: {what}");
+        }
     }
 }

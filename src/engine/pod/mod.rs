@@ -25,7 +25,9 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
 
+use super::canonical::equivalent;
 use super::inject::{self, ParamValues, StepKind};
+use super::isolate::OrgPaths;
 use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::{Denial, SubjectFacts, hermetic};
@@ -99,11 +101,16 @@ pub fn check_pod(
         if policies.is_empty() {
             return Ok(Vec::new());
         }
+        check_policy_volumes(pod, &policies).map_err(|e| Denial {
+            message: format!(
+                "bookend: the Pod of TaskRun {namespace}/{name}: {e}. The org steps mount their policy's volumes as the policy defines them; remove the volume from the Task (bookend's dry-run mutation, which was skipped, adds the policy's), and create the TaskRun again once bookend is ready"
+            ),
+        })?;
         let warnings =
             check_containers(pod, &view, &policies, set.settings(), lookup).map_err(|e| {
                 Denial {
                     message: format!(
-                        "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun carried what reaches org steps)"
+                        "bookend: the Pod of TaskRun {namespace}/{name}: {e}. Org steps run exactly as their policies define them; create the TaskRun again (its Pod was changed after Tekton built it, or the TaskRun or the Task it resolved carried what reaches org steps: the mount or field named above)"
                     ),
                 }
             })?;
@@ -271,9 +278,17 @@ fn check_containers(
         .default_pod_template()
         .and_then(|t| t.get("env").and_then(Value::as_array).cloned())
         .unwrap_or_default();
+    let volumes = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    let org_paths = OrgPaths::of(policies);
     let facts = PodFacts {
         place_scripts,
         platform_env: &platform_env,
+        volumes,
+        org_paths: &org_paths,
+        prefix: &settings.prefix,
     };
     match view.task_spec().filter(|t| t.is_object()) {
         Some(task_spec) => check_composed(&steps, task_spec, view, policies, settings, &facts),
@@ -366,6 +381,72 @@ fn check_author_mounts(pod: &Value, set: &PolicySet) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Every Pod volume named like a volume of a policy that applies is that policy's definition,
+/// as the API server defaults it: otherwise an org step mounting it by name would read the
+/// author's files (a ConfigMap of theirs in place of the org's Secret). The dry-run mutation
+/// refuses such a Task volume; when it was skipped, the Pod still shows it.
+fn check_policy_volumes(pod: &Value, policies: &[&Policy]) -> Result<(), String> {
+    let volumes = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .map_or(&[][..], Vec::as_slice);
+    for policy in policies {
+        for want in &policy.volumes {
+            for (i, volume) in volumes
+                .iter()
+                .enumerate()
+                .filter(|(_, v)| v.get("name") == want.get("name"))
+            {
+                if !equivalent(volume, want) && !equivalent(volume, &as_defaulted(want)) {
+                    return Err(format!(
+                        "spec.volumes[{i}] ({}) is not the volume {} defines ({want}) but {volume}",
+                        name_of(volume),
+                        policy.id
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// A volume as the API server stores it: the file mode Kubernetes defaults (0644) where the
+/// source takes one, the field references' `apiVersion: v1`, a projected token's expiry
+/// (`pkg/apis/core/v1/defaults.go`). Zero values (`medium: ""`) are dropped by the comparison.
+fn as_defaulted(volume: &Value) -> Value {
+    fn field_refs(items: Option<&mut Value>) {
+        for item in items.and_then(Value::as_array_mut).into_iter().flatten() {
+            if let Some(field_ref) = item.get_mut("fieldRef").and_then(Value::as_object_mut) {
+                field_ref.entry("apiVersion").or_insert_with(|| json!("v1"));
+            }
+        }
+    }
+    let mut volume = volume.clone();
+    for source in ["secret", "configMap", "projected", "downwardAPI"] {
+        if let Some(source) = volume.get_mut(source).and_then(Value::as_object_mut) {
+            source.entry("defaultMode").or_insert_with(|| json!(420));
+        }
+    }
+    field_refs(volume.pointer_mut("/downwardAPI/items"));
+    for projection in volume
+        .pointer_mut("/projected/sources")
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+    {
+        field_refs(projection.pointer_mut("/downwardAPI/items"));
+        if let Some(token) = projection
+            .get_mut("serviceAccountToken")
+            .and_then(Value::as_object_mut)
+        {
+            token
+                .entry("expirationSeconds")
+                .or_insert_with(|| json!(3600));
+        }
+    }
+    volume
 }
 
 fn name_of(container: &Value) -> &str {
@@ -874,6 +955,48 @@ spec:
     }
 
     #[test]
+    fn a_policys_volume_in_the_pod_is_the_policys_as_the_api_server_defaults_it() {
+        let set = policies(
+            "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  volumes:\n  - {name: bookend-key, secret: {secretName: org-key}}\n  - {name: bookend-scratch, emptyDir: {}}\n  - {name: bookend-ns, downwardAPI: {items: [{path: ns, fieldRef: {fieldPath: metadata.namespace}}]}}\n  preSteps: [{name: bookend-x, image: alpine, command: [/x]}]\n",
+        );
+        let applied: Vec<&Policy> = set.policies().iter().collect();
+        let with = |volumes: Value| json!({"spec": {"volumes": volumes}});
+        let as_stored = json!([
+            {"name": "bookend-key", "secret": {"secretName": "org-key", "defaultMode": 420}},
+            {"name": "bookend-scratch", "emptyDir": {"medium": ""}},
+            {"name": "bookend-ns", "downwardAPI": {"defaultMode": 420, "items": [{"path": "ns", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}},
+            {"name": "ws-abcde", "configMap": {"name": "authors"}}]);
+        assert_eq!(
+            check_policy_volumes(&with(as_stored.clone()), &applied),
+            Ok(())
+        );
+        for (i, volume) in [
+            json!({"name": "bookend-key", "configMap": {"name": "org-key"}}),
+            json!({"name": "bookend-key", "secret": {"secretName": "authors-key"}}),
+            json!({"name": "bookend-key", "secret": {"secretName": "org-key", "defaultMode": 511}}),
+            json!({"name": "bookend-scratch", "emptyDir": {"medium": "Memory"}}),
+            json!({"name": "bookend-scratch", "hostPath": {"path": "/"}}),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let mut volumes = as_stored.clone();
+            let at = volumes
+                .as_array()
+                .unwrap()
+                .iter()
+                .position(|v| v["name"] == volume["name"])
+                .unwrap();
+            volumes[at] = volume.clone();
+            let e = check_policy_volumes(&with(volumes), &applied).unwrap_err();
+            assert!(
+                e.contains(&format!("spec.volumes[{at}]")) && e.contains("ClusterStepPolicy/org"),
+                "{i}: {e}"
+            );
+        }
+    }
+
+    #[test]
     fn a_record_on_the_pod_decides_nothing() {
         // The record is copied from the TaskRun, whose author writes it: claiming other steps
         // (or none) does not change what the policies require.
@@ -952,7 +1075,11 @@ spec:
             .as_array()
             .unwrap()
             .clone();
-        let spec = crate::tekton_pod::pod_spec(&steps);
+        let volumes = admitted["spec"]["taskSpec"]["volumes"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let spec = crate::tekton_pod::pod_spec(&steps, &volumes);
         let text = serde_json::to_string(&spec)
             .unwrap()
             .replace("$(context.taskRun.name)", "run-1");

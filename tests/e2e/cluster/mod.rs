@@ -11,7 +11,8 @@
 //! kube-apiserver".
 //!
 //! Knobs (development only): `BOOKEND_E2E_BIN` tests another bookend binary;
-//! `BOOKEND_E2E_KEEP=1` keeps the work directory (logs, certificates, kubeconfig).
+//! `BOOKEND_E2E_KEEP=1` keeps the work directory (logs, certificates, kubeconfig);
+//! `BOOKEND_E2E_ONLY=<text>` runs only the scenarios whose name contains it (after the set-up).
 //!
 //! This file has the test, the scenario list and the context the scenarios share; the scenarios
 //! are in the modules below by concern, on the harness of `kubectl`, `bookend`, `helm`, `objects`.
@@ -333,7 +334,8 @@ fn real_apiserver_calls_bookend() {
         ),
     ];
     let mut summary = Vec::new();
-    for (name, scenario) in scenarios {
+    let only = std::env::var("BOOKEND_E2E_ONLY").unwrap_or_default();
+    for (name, scenario) in scenarios.into_iter().filter(|(n, _)| n.contains(&only)) {
         summary.push(clock.scenario(name, || scenario(&mut ctx)));
     }
 

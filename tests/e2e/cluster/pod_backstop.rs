@@ -1,5 +1,6 @@
 //! The Pod backstop: a remote Task's Pod without the policies' steps is refused, with them
-//! admitted, and Pods Tekton did not make are never sent to bookend.
+//! admitted, one whose workspace is over an org step's paths or whose policy volume is the
+//! author's refused, and Pods Tekton did not make are never sent to bookend.
 
 use std::time::Duration;
 
@@ -14,7 +15,12 @@ use super::{Ctx, TEAM_A};
 /// What Tekton's pod builder makes of the Task it runs for TaskRun `namespace/name` (containers
 /// step-<name>, the TaskRun's labels and the Task's annotations).
 pub(super) fn taskrun_pod(namespace: &str, name: &str, uid: &str, resolved: &Value) -> Value {
-    let mut spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap());
+    let volumes = resolved["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut spec =
+        crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap(), &volumes);
     spec["automountServiceAccountToken"] = json!(false);
     json!({
         "apiVersion": "v1",
@@ -105,6 +111,72 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         .with_object(&["create", &as_controller], &pod_of(&injected))
         .expect_ok("the Pod with the steps");
     let pod = admitted.json();
+    // The policy's Secret volume as the API server stored it (its defaults added): bookend
+    // compares it with the policy's definition allowing exactly those.
+    let stored_volume = pod["spec"]["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["name"] == "bookend-registry")
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(
+        stored_volume["secret"]["defaultMode"], 420,
+        "the API server defaults the mode: {stored_volume}"
+    );
+    // Issue 26: the dry-run mutation skipped, a Task carrying exact copies of the org steps
+    // still cannot hand them the author's files. Tekton mounts a workspace into every step
+    // container (`ws-<random>`): under /workspace/ it is admitted, over /bin refused; the
+    // policy's volume redefined by the Task (a ConfigMap of the author's) is refused.
+    let with_workspace = |path: &str| {
+        let mut p = pod_of(&injected);
+        p["spec"]["volumes"].as_array_mut().unwrap().push(
+            json!({"name": "ws-k7x2p", "configMap": {"name": "author-tools", "defaultMode": 493}}),
+        );
+        for c in p["spec"]["containers"].as_array_mut().unwrap() {
+            c["volumeMounts"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({"name": "ws-k7x2p", "mountPath": path}));
+        }
+        p
+    };
+    ctx.cluster
+        .with_object(
+            &["create", &as_controller],
+            &with_workspace("/workspace/source"),
+        )
+        .expect_ok("a Pod with a workspace under /workspace");
+    let over_bin = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &with_workspace("/bin"));
+    assert!(
+        !over_bin.ok()
+            && over_bin.stderr.contains("pods.validate.bookend.dev")
+            && over_bin.stderr.contains("container step-bookend-credentials (ClusterStepPolicy/org-credentials) volumeMounts[")
+            && over_bin.stderr.contains("\"ws-k7x2p\" at \"/bin\"")
+            && over_bin.stderr.contains("allows workspaces only under /workspace"),
+        "a workspace over /bin is refused, naming the container, the mount and the fix: {}",
+        over_bin.stderr
+    );
+    let mut redefined = pod_of(&injected);
+    for v in redefined["spec"]["volumes"].as_array_mut().unwrap() {
+        if v["name"] == "bookend-registry" {
+            *v = json!({"name": "bookend-registry", "configMap": {"name": "author-credentials"}});
+        }
+    }
+    let redefined = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &redefined);
+    assert!(
+        !redefined.ok()
+            && redefined.stderr.contains("pods.validate.bookend.dev")
+            && redefined
+                .stderr
+                .contains("is not the volume ClusterStepPolicy/org-credentials defines"),
+        "the policy's volume redefined is refused, naming it: {}",
+        redefined.stderr
+    );
     // A Pod the controller did not make is never sent to bookend.
     let mut other = pod_of(&bare);
     other["metadata"]["labels"] = json!({"app": "not-tekton"});
@@ -112,8 +184,8 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         .with_object(&["create", &as_controller], &other)
         .expect_ok("an unlabelled Pod");
     format!(
-        "Pod without the dry-run mutation refused ({}); with it admitted ({} containers)",
+        "Pod without the dry-run mutation refused ({}); with it admitted ({} containers, the policy's volume stored as {stored_volume}); a workspace over /bin refused, under /workspace admitted; the policy's volume redefined refused",
         first_line(&refused.stderr),
-        pod["spec"]["containers"].as_array().map_or(0, Vec::len)
+        pod["spec"]["containers"].as_array().map_or(0, Vec::len),
     )
 }
