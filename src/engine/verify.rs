@@ -1087,3 +1087,7 @@ impl Stop<'_> {
 #[cfg(test)]
 #[path = "verify_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "verify_breaker34.rs"]
+mod breaker34;

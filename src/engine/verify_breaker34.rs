@@ -1,0 +1,110 @@
+//! Breaker round 34: inputs that defeat the post-run verification's claim "a policy's verdict
+//! is `pass` only when each of its steps ran as bookend injected it and its pre-steps and
+//! Always post-steps completed". Failing ones are ignored with `BREAK:`.
+
+use serde_json::{Value, json};
+
+use super::*;
+use crate::engine::tests::{policies, run, taskrun};
+use crate::engine::{Catalog, Outcome};
+
+const ALWAYS: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: sbom, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  postStepsRun: Always
+  preSteps: [{name: bookend-setup, image: alpine}]
+  postSteps: [{name: bookend-sbom-upload, image: alpine}]
+"#;
+
+fn admitted(set: &PolicySet, spec_extra: Value) -> Value {
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    for (k, v) in spec_extra.as_object().unwrap() {
+        object["spec"][k] = v.clone();
+    }
+    let d = run(set, &object);
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+    object
+}
+
+fn step_names(object: &Value) -> Vec<String> {
+    object["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A step state as Tekton's `pkg/pod/status.go` writes it: `name` is the container's name
+/// without `step-` (`TrimStepPrefix(s.Name)`), so a name Tekton shortened to 63 characters
+/// stays shortened.
+fn state(step: &str, exit: i64, termination: &str) -> Value {
+    let container = crate::tekton::restrict_length(&format!("step-{step}"));
+    json!({
+        "name": container.strip_prefix("step-").unwrap(),
+        "container": container,
+        "terminated": {"exitCode": exit, "reason": if exit == 0 { "Completed" } else { "Error" },
+                       "startedAt": "2026-02-01T10:00:00Z", "finishedAt": "2026-02-01T10:00:02Z"},
+        "terminationReason": termination,
+    })
+}
+
+fn condition(succeeded: bool, reason: &str) -> Value {
+    json!([{"type": "Succeeded", "status": if succeeded { "True" } else { "False" },
+            "reason": reason, "message": "ended"}])
+}
+
+fn verdict_of(set: &PolicySet, object: &Value, id: &str) -> RunVerdict {
+    verify(object, set, &Catalog::default())
+        .expect("a finished TaskRun is verified")
+        .policies
+        .into_iter()
+        .find(|p| p.policy == id)
+        .unwrap_or_else(|| panic!("no verdict for {id}"))
+        .verdict
+}
+
+#[test]
+#[ignore = "BREAK: `spec.retries`: an attempt whose Always post-step never ran (the author's step timed out) is archived by Tekton in status.retriesStatus and verification reads only the last attempt: pass"]
+fn an_earlier_attempt_without_the_always_post_step_is_not_a_pass() {
+    let set = policies(ALWAYS);
+    // The author asks for one retry; their step times out on the first attempt only
+    // (`$(context.task.retry-count)` tells it which attempt it is), after doing its work.
+    let mut object = admitted(&set, json!({"retries": 1}));
+    let names = step_names(&object);
+    assert_eq!(
+        names,
+        [
+            "bookend-setup",
+            "bookend-gate-1",
+            "build",
+            "bookend-sbom-upload",
+            "bookend-verdict"
+        ]
+    );
+    let first_attempt: Vec<Value> = vec![
+        state("bookend-setup", 0, "Completed"),
+        state("bookend-gate-1", 0, "Completed"),
+        state("build", 1, "TimeoutExceeded"),
+        state("bookend-sbom-upload", 0, "Skipped"),
+        state("bookend-verdict", 0, "Skipped"),
+    ];
+    let last_attempt: Vec<Value> = names.iter().map(|n| state(n, 0, "Completed")).collect();
+    // As `retryTaskRun` archives the first attempt's status, then the second attempt finishes.
+    object["status"] = json!({
+        "conditions": condition(true, "Succeeded"),
+        "steps": last_attempt,
+        "retriesStatus": [{"conditions": condition(false, "Failed"), "steps": first_attempt}],
+    });
+    let verdict = verdict_of(&set, &object, "ClusterStepPolicy/sbom");
+    assert_ne!(
+        verdict,
+        RunVerdict::Pass,
+        "the first attempt ran build without bookend-sbom-upload"
+    );
+}
