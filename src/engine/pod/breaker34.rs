@@ -178,3 +178,41 @@ fn the_last_always_post_step_keeps_stop_and_fail() {
         "bookend-sbom with onError: continue (its failure ignored) was admitted"
     );
 }
+
+#[test]
+#[ignore = "BREAK (availability): a policy updated (not re-created) between a TaskRun's admission and its Pod (a pending TaskRun, a retry's new Pod) makes the Pod check refuse the TaskRun bookend itself admitted"]
+fn a_policy_updated_after_admission_does_not_refuse_the_pod_of_a_taskrun_it_admitted() {
+    // Admitted under the policy as it was; the policy keeps its creationTimestamp when the
+    // platform updates its image tag.
+    let stamped = ALWAYS.replace(
+        "metadata: {name: org}",
+        "metadata: {name: org, creationTimestamp: \"2026-01-01T00:00:00Z\"}",
+    );
+    let before = policies(&stamped);
+    let after = policies(&stamped.replace("scan:1", "scan:2"));
+    let taskrun = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1",
+                     "creationTimestamp": "2026-06-01T00:00:00Z"},
+        "spec": {"status": "TaskRunPending",
+                 "taskSpec": {"steps": [{"name": "build", "image": "golang", "command": ["go", "build"]}]}}});
+    let request = Request {
+        object: &taskrun,
+        namespace: "team-a",
+        dry_run: false,
+    };
+    let mut admitted = decide(request, &before, &Catalog::default()).object;
+    admitted["metadata"]["creationTimestamp"] = json!("2026-06-01T00:00:00Z");
+    let steps = admitted["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let pod = pod(&steps);
+    assert_eq!(
+        check_pod(&pod, &admitted, &before, &Catalog::default()),
+        Ok(Vec::new())
+    );
+    // The platform updates the policy; the TaskRun leaves pending and Tekton builds its Pod
+    // from the spec bookend admitted.
+    let verdict = check_pod(&pod, &admitted, &after, &Catalog::default());
+    assert!(verdict.is_ok(), "{verdict:?}");
+}
