@@ -108,3 +108,70 @@ fn an_earlier_attempt_without_the_always_post_step_is_not_a_pass() {
         "the first attempt ran build without bookend-sbom-upload"
     );
 }
+
+#[test]
+fn a_remote_task_whose_taskrun_param_took_always_away_fails() {
+    // The dry-run saw `onError: $(params.mode)` with its default `continue`; the TaskRun passed
+    // `stopAndFail`, the author's step failed and stopped the chain: the Always post-step
+    // never ran. Verification reads the Task that ran (substituted) and must say `fail`.
+    let set = policies(ALWAYS);
+    let d = run(
+        &set,
+        &json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"generateName": "run-", "namespace": "team-a"},
+                "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]},
+                         "params": [{"name": "mode", "value": "stopAndFail"}]}}),
+    );
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+        "metadata": {"name": "build", "namespace": "team-a"},
+        "spec": {"params": [{"name": "mode", "type": "string", "default": "continue"}],
+                 "steps": [{"name": "build", "image": "go", "onError": "$(params.mode)"}]}});
+    let resolved = crate::engine::decide_resolved_task(
+        crate::engine::Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        &set,
+        &Catalog::default(),
+    );
+    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
+    // As Tekton's controller stores it: params and step result paths substituted.
+    let mut ran = resolved.object["spec"].clone();
+    for step in ran["steps"].as_array_mut().unwrap() {
+        let name = step["name"].as_str().unwrap().to_owned();
+        let text = step
+            .to_string()
+            .replace("$(params.mode)", "stopAndFail")
+            .replace(
+                "$(step.results.ok.path)",
+                &format!("/tekton/steps/step-{name}/results/ok"),
+            );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    let names: Vec<String> = ran["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    let steps: Vec<Value> = names
+        .iter()
+        .map(|n| match n.as_str() {
+            "bookend-scan" | "bookend-setup" => state(n, 0, "Completed"),
+            "build" => state(n, 1, "Error"),
+            _ if n.starts_with("bookend-gate") => state(n, 0, "Completed"),
+            _ => state(n, 0, "Skipped"),
+        })
+        .collect();
+    object["status"] =
+        json!({"conditions": condition(false, "Failed"), "steps": steps, "taskSpec": ran});
+    assert_ne!(
+        verdict_of(&set, &object, "ClusterStepPolicy/sbom"),
+        RunVerdict::Pass
+    );
+}
