@@ -122,3 +122,38 @@ fn a_uid_label_the_author_wrote_does_not_switch_the_pod_check_off() {
         "the author's step mounting the org's Secret was admitted: {response}"
     );
 }
+
+#[test]
+#[ignore = "BREAK: anyone who can create Pods pre-creates `<taskrun>-pod` labelled app.kubernetes.io/managed-by but not tekton.dev/taskRun; Tekton's controller, whose own Pod then gets AlreadyExists, adopts the Pod of that name from its informer (`createPod` in pkg/reconciler/taskrun, v0.62.3 to v1.15.0): bookend never sees it (objectSelector) and admits it when it does, and the TaskRun's status (so its verdict) comes from the author's containers"]
+fn a_pod_tekton_would_adopt_by_name_is_tektons_to_create() {
+    // The TaskRun the author will create, with a name they choose (Tekton names its Pod
+    // `kmeta.ChildName(<taskrun>, "-pod")`).
+    let taskrun = admitted(json!({}));
+    // The author's Pod: a container per step of the admitted TaskRun, each named as Tekton
+    // would name it and each just exiting 0; Tekton's pod informer watches Pods that carry the
+    // managed-by label.
+    let containers: Vec<Value> = taskrun["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            json!({"name": format!("step-{}", s["name"].as_str().unwrap()),
+                        "image": "busybox", "command": ["true"]})
+        })
+        .collect();
+    let body = serde_json::to_vec(&json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {"uid": "u-9", "operation": "CREATE", "namespace": "team-a",
+                    "userInfo": {"username": "developer@example.com"},
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "object": {"apiVersion": "v1", "kind": "Pod",
+                               "metadata": {"name": "run-1-pod", "namespace": "team-a",
+                                            "labels": {"app.kubernetes.io/managed-by": "tekton-pipelines"}},
+                               "spec": {"containers": containers}}}}))
+    .unwrap();
+    let (allowed, response) = allowed(&body, &taskrun);
+    assert!(
+        !allowed,
+        "a Pod Tekton's controller will adopt as TaskRun run-1's, created by a developer, was admitted: {response}"
+    );
+}
