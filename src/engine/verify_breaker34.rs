@@ -175,3 +175,29 @@ fn a_remote_task_whose_taskrun_param_took_always_away_fails() {
         RunVerdict::Pass
     );
 }
+
+#[test]
+#[ignore = "BREAK: the status of a Pod the author pre-created under the TaskRun Pod's name (Tekton adopts it on AlreadyExists) verifies as pass: every step Completed, though each ran the author's busybox (status.steps[].imageID), not the org step's image"]
+fn steps_that_ran_another_image_are_not_the_org_steps() {
+    let set = policies(ALWAYS);
+    let mut object = admitted(&set, json!({}));
+    let steps: Vec<Value> = step_names(&object)
+        .iter()
+        .map(|n| {
+            let mut s = state(n, 0, "Completed");
+            // What the kubelet reports for the author's container, which Tekton copies.
+            s["imageID"] = json!(format!(
+                "docker.io/library/busybox@sha256:{}",
+                "1".repeat(64)
+            ));
+            s
+        })
+        .collect();
+    object["status"] = json!({"conditions": condition(true, "Succeeded"),
+                              "podName": "run-1-pod", "steps": steps});
+    assert_ne!(
+        verdict_of(&set, &object, "ClusterStepPolicy/sbom"),
+        RunVerdict::Pass,
+        "bookend-setup and bookend-sbom-upload never ran their image (alpine)"
+    );
+}
