@@ -17,7 +17,8 @@
 //! bookend's dry-run mutation made of it, when that ran): whatever the author puts in that Task
 //! (look-alikes of org steps, exact copies, steps in any order) and however its steps end, a
 //! policy passes only if each of its steps is in the Task exactly as bookend's dry-run writes it
-//! and its pre-steps and Always post-steps completed; and every policy of the record gets a
+//! and its pre-steps and Always post-steps completed, in every attempt (`spec.retries`: the
+//! earlier ones archived in `status.retriesStatus`); and every policy of the record gets a
 //! verdict.
 //!
 //! Where the webhooks do not run, anyone writes any mark. Invariant of the policies' counts
@@ -538,8 +539,10 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
         prop::collection::vec(ending(), 16),
         any::<bool>(),
         prop::collection::vec(edit(), 0..4),
+        // Earlier attempts (`spec.retries`), each with its own endings.
+        prop::collection::vec(prop::collection::vec(ending(), 16), 0..3),
     );
-    proptest!(config, |((author, mutated, endings, succeeded, edits) in strategy)| {
+    proptest!(config, |((author, mutated, endings, succeeded, edits, earlier) in strategy)| {
         let mut created = remote_taskrun();
         for e in &edits {
             apply(&mut created, e);
@@ -572,12 +575,23 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
             "status": if succeeded && ran.is_some() { "True" } else { "False" },
             "reason": if ran.is_some() { if succeeded { "Succeeded" } else { "Failed" } } else { "TaskRunResolutionFailed" },
             "message": "ended"}]});
-        if let Some(spec) = &ran {
-            let states: Vec<Value> = spec["steps"].as_array().unwrap().iter().zip(&endings)
+        let states_of = |spec: &Value, endings: &[Ending]| -> Vec<Value> {
+            spec["steps"].as_array().unwrap().iter().zip(endings)
                 .filter_map(|(s, e)| step_state(s["name"].as_str().unwrap_or_default(), *e))
-                .collect();
+                .collect()
+        };
+        if let Some(spec) = &ran {
             status["taskSpec"] = spec.clone();
-            status["steps"] = json!(states);
+            status["steps"] = json!(states_of(spec, &endings));
+            // As Tekton's `retryTaskRun` archives each failed attempt: its whole status.
+            let archived: Vec<Value> = earlier.iter().map(|endings| {
+                json!({"conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed",
+                                       "message": "ended"}],
+                       "taskSpec": spec, "steps": states_of(spec, endings)})
+            }).collect();
+            if !archived.is_empty() {
+                status["retriesStatus"] = json!(archived);
+            }
         }
         stored["status"] = status;
 
@@ -602,13 +616,19 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
                 prop_assert_eq!(carried.len(), 1, "{} once in {}", name, spec);
                 prop_assert_eq!(carried[0], &org_step(name), "{} as bookend writes it", name);
                 let must_complete = i < policy.spec.pre_steps.len() || always;
-                if must_complete {
-                    let state = stored["status"]["steps"].as_array().unwrap().iter()
+                // In every attempt: the earlier ones ran the author's steps too.
+                let attempts = stored["status"]["retriesStatus"].as_array().into_iter().flatten()
+                    .chain([&stored["status"]]);
+                for (a, attempt) in attempts.enumerate() {
+                    if !must_complete {
+                        break;
+                    }
+                    let state = attempt["steps"].as_array().unwrap().iter()
                         .find(|s| s["name"] == name);
                     let completed = state.is_some_and(|s| {
                         s["terminated"]["exitCode"] == 0 && s["terminationReason"] == "Completed"
                     });
-                    prop_assert!(completed, "{} passed but {} did not complete: {:?}", run.policy, name, state);
+                    prop_assert!(completed, "{} passed but {} did not complete in attempt {}: {:?}", run.policy, name, a + 1, state);
                 }
             }
         }
