@@ -84,7 +84,7 @@ fn plan_source(
     match view.task_source() {
         TaskSource::Inline => {
             if !applied.is_empty() {
-                isolate::check_run_fields(view, set.settings(), lookup)?;
+                isolate::check_run_fields(view, set.settings(), lookup, applied)?;
                 if let Some(spec) = view.spec() {
                     isolate::check_param_values(spec, spec.get("taskSpec"), applied)?;
                 }
@@ -133,7 +133,7 @@ fn plan_source(
                 .filter(|p| p.namespace_level_only())
                 .collect();
             if !injecting.is_empty() {
-                isolate::check_run_fields(view, set.settings(), lookup)?;
+                isolate::check_run_fields(view, set.settings(), lookup, &injecting)?;
                 if let Some(spec) = view.spec() {
                     isolate::check_param_values(spec, None, &injecting)?;
                 }
@@ -371,7 +371,7 @@ fn plan_local_ref(
             ),
         ));
     }
-    isolate::check_run_fields(view, set.settings(), lookup)?;
+    isolate::check_run_fields(view, set.settings(), lookup, applied)?;
     let mut object = view.object.clone();
     let spec = object
         .get_mut("spec")

@@ -125,22 +125,43 @@ fn a_remote_task_whose_taskrun_param_took_always_away_fails() {
     let mut object = d.object;
     object["metadata"]["name"] = json!("run-1");
     object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
-    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+    let dry_run = |task: &Value| {
+        crate::engine::decide_resolved_task(
+            crate::engine::Request {
+                object: task,
+                namespace: "team-a",
+                dry_run: true,
+            },
+            &set,
+            &Catalog::default(),
+        )
+    };
+    let mut task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
         "metadata": {"name": "build", "namespace": "team-a"},
         "spec": {"params": [{"name": "mode", "type": "string", "default": "continue"}],
                  "steps": [{"name": "build", "image": "go", "onError": "$(params.mode)"}]}});
-    let resolved = crate::engine::decide_resolved_task(
-        crate::engine::Request {
-            object: &task,
-            namespace: "team-a",
-            dry_run: true,
-        },
-        &set,
-        &Catalog::default(),
+    // The dry-run now refuses the Task: it cannot know the TaskRun's value.
+    let refused = dry_run(&task);
+    assert_eq!(refused.outcome, Outcome::Denied);
+    assert!(
+        refused.message.as_deref().is_some_and(
+            |m| m.contains("spec.steps[0].onError") && m.contains("write onError literally")
+        ),
+        "{:?}",
+        refused.message
     );
+    // What bookend's dry-run wrote before it refused such a Task (the default, `continue`,
+    // taken for the value): verification of a TaskRun admitted then must still say `fail`.
+    task["spec"]["steps"][0]["onError"] = json!("continue");
+    let resolved = dry_run(&task);
     assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
-    // As Tekton's controller stores it: params and step result paths substituted.
     let mut ran = resolved.object["spec"].clone();
+    for step in ran["steps"].as_array_mut().unwrap() {
+        if step["name"] == "build" {
+            step["onError"] = json!("$(params.mode)");
+        }
+    }
+    // As Tekton's controller stores it: params and step result paths substituted.
     for step in ran["steps"].as_array_mut().unwrap() {
         let name = step["name"].as_str().unwrap().to_owned();
         let text = step

@@ -645,3 +645,83 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
         "the generator reaches both verdicts"
     );
 }
+
+/// An `onError` the author writes on a step of their Task.
+fn on_error() -> impl Strategy<Value = Option<&'static str>> {
+    prop::option::of(prop::sample::select(
+        &[
+            "continue",
+            "stopAndFail",
+            "$(params.mode)",
+            "$(params.other)",
+            "x$(params.mode)",
+            "$(params[\"mode\"])",
+            "$(context.taskRun.name)",
+        ][..],
+    ))
+}
+
+/// Invariant: under a `postStepsRun: Always` policy, no Task bookend's dry-run mutation lets run
+/// (mutated or admitted) keeps an `onError` that Tekton substitutes after the dry-run (a
+/// `$(…)`): the TaskRun's values, which the dry-run does not see, would decide whether a failing
+/// step stops the chain before the Always post-steps. Such a Task is refused naming the field.
+#[test]
+fn no_resolved_task_keeps_an_on_error_the_taskrun_decides() {
+    let set = policies_knowing_bookend();
+    let config = Config {
+        cases: super::invariant::cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/marks.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let counts = std::cell::RefCell::new([0usize; 2]);
+    let strategy = (
+        prop::collection::vec((author_step(), on_error()), 1..4),
+        prop::sample::select(&["continue", "stopAndFail", "$(params.other)"][..]),
+    );
+    proptest!(config, |((author, default) in strategy)| {
+        let steps: Vec<Value> = author.iter().enumerate().map(|(i, (s, on_error))| {
+            let mut step = match s {
+                AuthorStep::Copy(name) | AuthorStep::LookAlike(name) =>
+                    json!({"name": name, "image": "busybox", "script": "exit 0"}),
+                _ => json!({"name": format!("s{i}"), "image": "golang", "script": "go build"}),
+            };
+            if let Some(v) = on_error {
+                step["onError"] = json!(v);
+            }
+            step
+        }).collect();
+        let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+            "metadata": {"name": "build", "namespace": "team-a"},
+            "spec": {"params": [{"name": "mode", "type": "string", "default": default},
+                                {"name": "other", "type": "string", "default": "continue"}],
+                     "steps": steps}});
+        let d = decide_resolved_task(
+            Request { object: &task, namespace: "team-a", dry_run: true },
+            &set,
+            &catalog(),
+        );
+        let variable = |s: &Value| s["onError"].as_str().is_some_and(|v| v.contains("$("));
+        if d.outcome == Outcome::Denied {
+            counts.borrow_mut()[1] += 1;
+            if steps.iter().any(variable) {
+                let message = d.message.clone().unwrap_or_default();
+                prop_assert!(message.contains("].onError") && message.contains("write onError literally"), "{}", message);
+            }
+            return Ok(());
+        }
+        counts.borrow_mut()[0] += 1;
+        let ran = &d.object["spec"]["steps"];
+        prop_assert!(
+            !ran.as_array().into_iter().flatten().any(variable),
+            "a Task under an Always policy kept a variable onError: {}", ran
+        );
+    });
+    let [let_run, refused] = counts.into_inner();
+    eprintln!("resolved Tasks with author onError: {let_run} let run, {refused} refused");
+    assert!(
+        let_run > 0 && refused > 0,
+        "the generator reaches both answers"
+    );
+}
