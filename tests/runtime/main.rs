@@ -470,7 +470,7 @@ fn scenarios() -> Vec<(&'static str, &'static [Feature], Scenario)> {
             preview::scenario_preview,
         ),
         (
-            "18 post-run verification: pass, failing user step, step and TaskRun timeouts, a retry, OOM kill",
+            "18 post-run verification: pass, failing user step, step and TaskRun timeouts, OOM kill",
             ALWAYS,
             verification::scenario_verification,
         ),
