@@ -455,3 +455,7 @@ mod tests {
         assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }
 }
+
+#[cfg(test)]
+#[path = "pods_breaker34.rs"]
+mod breaker34;

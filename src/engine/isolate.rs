@@ -7,7 +7,8 @@
 //!   merges only when it builds the Pod;
 //! - `spec.stepSpecs` naming a reserved step, TaskRun-level `spec.computeResources`,
 //!   `podTemplate` `env`, `hostAliases`, `dnsConfig`, `dnsPolicy`, `hostNetwork` (unless equal to
-//!   the platform's `default-pod-template`), `spec.debug` breakpoints on reserved steps, and the
+//!   the platform's `default-pod-template`), `spec.debug` breakpoints on reserved steps (and
+//!   `onFailure` under an Always policy: it holds a failing step for a debugger), and the
 //!   `experimental.tekton.dev/execution-mode: hermetic` annotation are refused;
 //! - a workspace mounted over a system directory, or one an org step runs from, is refused
 //!   (Tekton mounts workspaces into every step through the stepTemplate it makes when it builds
@@ -23,7 +24,7 @@ use super::lookup::Lookup;
 use super::record;
 use crate::patch;
 use crate::policy::validate::clean_path;
-use crate::policy::{Policy, Settings, WorkspaceMounts};
+use crate::policy::{Policy, PostStepsRun, Settings, WorkspaceMounts};
 use crate::tekton::{self, ApiVersion, TaskRunView, merge};
 
 /// Most entries of a keyed list (env, volumeMounts, …) bookend merges a stepTemplate's into.
@@ -175,6 +176,7 @@ pub fn check_run_fields(
     view: &TaskRunView<'_>,
     settings: &Settings,
     lookup: &dyn Lookup,
+    applied: &[&Policy],
 ) -> Result<(), Denial> {
     let Some(spec) = view.spec() else {
         return Ok(());
@@ -231,6 +233,24 @@ pub fn check_run_fields(
                 ));
             }
         }
+        // Tekton's entrypoint waits for a debugger after any failing step, before it looks at
+        // `onError` (`CheckForBreakpointOnFailure` in cmd/entrypoint, v0.62 to v1.15) and
+        // without writing the step's post file: the next step, an Always post-step included,
+        // waits until someone continues, or forever.
+        if let Some(policy) = always(applied)
+            && debug
+                .pointer("/breakpoints/onFailure")
+                .and_then(Value::as_str)
+                .is_some_and(|v| !v.is_empty())
+        {
+            return Err(Denial::field(
+                "spec.debug.breakpoints.onFailure",
+                format!(
+                    "policy {} runs its post-steps whatever the TaskRun's steps do (postStepsRun: Always), but with a failure breakpoint Tekton's entrypoint holds a failing step for a debugger, even under onError: continue, so the post-steps would not run until someone continues; remove onFailure (debug with beforeSteps breakpoints on your own steps)",
+                    policy.id
+                ),
+            ));
+        }
     }
     if let Some(template) = spec.get("podTemplate").filter(|t| t.is_object()) {
         check_pod_template(template, lookup.default_pod_template().as_ref(), prefix)?;
@@ -239,6 +259,47 @@ pub fn check_run_fields(
         view.annotation(EXECUTION_MODE_ANNOTATION),
         "metadata.annotations",
     )
+}
+
+/// The first applied policy whose post-steps run whatever the TaskRun's steps do.
+fn always<'p>(applied: &[&'p Policy]) -> Option<&'p Policy> {
+    applied
+        .iter()
+        .copied()
+        .find(|p| p.spec.post_steps_run == PostStepsRun::Always)
+}
+
+/// Under a `postStepsRun: Always` policy every step's `onError` must be literal in a Task
+/// resolved after the TaskRun's admission (`at` names its steps): the controller's dry-run,
+/// where bookend injects, knows only the Task's param defaults, and Tekton substitutes the
+/// TaskRun's values afterwards, so `onError: $(params.mode)` left as `continue` could become
+/// `stopAndFail` and stop the chain before the Always post-steps. (An inline TaskRun carries its
+/// values: there bookend resolves the step's `onError` as Tekton will.)
+pub fn check_on_error_literal(
+    steps: Option<&Value>,
+    at: &str,
+    applied: &[&Policy],
+) -> Result<(), Denial> {
+    let Some(policy) = always(applied) else {
+        return Ok(());
+    };
+    for (i, step) in list(steps).iter().enumerate() {
+        if let Some(on_error) = step
+            .get("onError")
+            .and_then(Value::as_str)
+            .filter(|v| v.contains("$("))
+        {
+            return Err(Denial::field(
+                format!("{at}[{i}].onError"),
+                format!(
+                    "step {} sets onError to {on_error:?}: Tekton substitutes it from the TaskRun's params only after bookend injected policy {}'s steps into this Task (it sees only the defaults), so a TaskRun could turn a failing step into one that stops the chain before the postStepsRun: Always post-steps; write onError literally (continue or stopAndFail)",
+                    tekton::step_name(step).map_or_else(|| format!("#{i}"), |n| format!("{n:?}")),
+                    policy.id
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Refuses an execution-mode annotation that would drop org steps' network.

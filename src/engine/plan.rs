@@ -96,7 +96,7 @@ fn plan_source(
     match view.task_source() {
         TaskSource::Inline => {
             if !applied.is_empty() {
-                isolate::check_run_fields(view, set.settings(), lookup)?;
+                isolate::check_run_fields(view, set.settings(), lookup, applied)?;
                 if let Some(spec) = view.spec() {
                     isolate::check_param_values(spec, spec.get("taskSpec"), applied)?;
                 }
@@ -145,7 +145,7 @@ fn plan_source(
                 .filter(|p| p.namespace_level_only())
                 .collect();
             if !injecting.is_empty() {
-                isolate::check_run_fields(view, set.settings(), lookup)?;
+                isolate::check_run_fields(view, set.settings(), lookup, &injecting)?;
                 if let Some(spec) = view.spec() {
                     isolate::check_param_values(spec, None, &injecting)?;
                 }
@@ -383,7 +383,7 @@ fn plan_local_ref(
             ),
         ));
     }
-    isolate::check_run_fields(view, set.settings(), lookup)?;
+    isolate::check_run_fields(view, set.settings(), lookup, applied)?;
     let mut object = view.object.clone();
     let spec = object
         .get_mut("spec")

@@ -63,7 +63,8 @@ pub fn decide_resolved_task(
     // The Task's param defaults reach the org steps as the TaskRun's own values do (checked
     // at the TaskRun's admission); a remote Task is first seen here.
     let defaults = task.get("spec").map_or(Ok(()), |spec| {
-        isolate::check_param_defaults(spec, "spec.params", &applied)
+        isolate::check_param_defaults(spec, "spec.params", &applied)?;
+        isolate::check_on_error_literal(spec.get("steps"), "spec.steps", &applied)
     });
     let supported = tekton_support(&applied, &mut decision.warnings);
     let result = match (

@@ -291,8 +291,13 @@ pub fn is_finished(taskrun: &Value) -> bool {
 }
 
 fn succeeded_condition(taskrun: &Value) -> Option<&Value> {
-    taskrun
-        .pointer("/status/conditions")?
+    succeeded_condition_in(taskrun.get("status")?)
+}
+
+/// The `Succeeded` condition of a TaskRun status (the TaskRun's, or an archived attempt's).
+fn succeeded_condition_in(status: &Value) -> Option<&Value> {
+    status
+        .get("conditions")?
         .as_array()?
         .iter()
         .find(|c| c.get("type").and_then(Value::as_str) == Some("Succeeded"))
@@ -404,6 +409,134 @@ struct Covered<'s> {
     drift: Option<Drift>,
 }
 
+/// What one policy's org steps did in one attempt.
+struct Findings {
+    runs: Vec<StepRun>,
+    problems: Vec<(Cause, String)>,
+}
+
+/// One attempt of the TaskRun (its status, or an earlier one from `status.retriesStatus[]`),
+/// verified: one [`Findings`] per covered policy, in order.
+struct Attempt {
+    findings: Vec<Findings>,
+    /// How the attempt ended, for a Task never resolved into steps.
+    ended: String,
+}
+
+impl Attempt {
+    fn of(
+        status: &Value,
+        steps: &[Value],
+        names: &[String],
+        owners: &[Owner],
+        covered: &[Covered<'_>],
+    ) -> Self {
+        let condition = succeeded_condition_in(status);
+        let text = |key: &str| {
+            condition
+                .and_then(|c| c.get(key))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let (reason, message) = (text("reason"), text("message"));
+        // Each step's state, by name (Tekton reports `status.steps[].name` as the step's name).
+        let reported: BTreeMap<&str, &Value> = status
+            .get("steps")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|s| Some((s.get("name")?.as_str()?, s)))
+            .collect();
+        let states: Vec<Option<StepState<'_>>> = steps
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let name = tekton::step_name(s)
+                    .map(str::to_owned)
+                    .unwrap_or_else(|| format!("unnamed-{i}"));
+                reported.get(name.as_str()).map(|v| StepState::of(v))
+            })
+            .collect();
+        let outcomes = outcomes(&states);
+        // A jailed user step that could not start: under `onError: continue` Tekton's
+        // entrypoint reports a command that ran and failed as `Continued`; `Failed` is left for
+        // a command it could not start, which for a jailed step is first the jail (user
+        // namespaces refused, or a non-root step), else a command missing from the image.
+        // Without `continue` such a step looks like one that exited 1, and is not told apart.
+        let jailed = covered
+            .iter()
+            .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
+        let not_started: Vec<bool> = owners
+            .iter()
+            .enumerate()
+            .map(|(i, owner)| {
+                jailed
+                    && matches!(owner, Owner::User)
+                    && outcomes[i] == StepOutcome::Failed
+                    && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
+            })
+            .collect();
+        let pod = status
+            .get("podName")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let stop = Stop {
+            reason,
+            message,
+            names,
+            owners,
+            outcomes: &outcomes,
+            states: &states,
+            not_started: &not_started,
+            pod,
+        };
+        let findings = covered
+            .iter()
+            .enumerate()
+            .map(|(c, cover)| {
+                let always = cover
+                    .policy
+                    .is_some_and(|p| p.spec.post_steps_run == PostStepsRun::Always);
+                let mut runs = Vec::new();
+                let mut problems = Vec::new();
+                // The jail this policy asks for could not be set up: no user step ran, with or
+                // without network. Said first, for the policy that asks for it.
+                if cover.policy.is_some_and(|p| p.spec.user_steps.hermetic()) {
+                    for i in (0..names.len()).filter(|&i| not_started[i]) {
+                        problems.push((Cause::HermeticJailFailed, stop.jail_failure(i)));
+                    }
+                }
+                for (i, owner) in owners.iter().enumerate() {
+                    let Owner::Org(o, place) = owner else {
+                        continue;
+                    };
+                    if *o != c {
+                        continue;
+                    }
+                    let outcome = outcomes[i];
+                    let state = states[i].as_ref();
+                    let ran = !matches!(outcome, StepOutcome::Skipped | StepOutcome::NeverStarted);
+                    runs.push(StepRun {
+                        name: names[i].clone(),
+                        place: *place,
+                        outcome,
+                        exit_code: state.filter(|_| ran).and_then(StepState::exit_code),
+                        duration_seconds: state.filter(|_| ran).and_then(StepState::duration),
+                    });
+                    if let Some(problem) = stop.problem(i, *place, always) {
+                        problems.push(problem);
+                    }
+                }
+                Findings { runs, problems }
+            })
+            .collect();
+        Self {
+            findings,
+            ended: stop.cause_before(0),
+        }
+    }
+}
+
 /// Verifies a finished TaskRun; `None` when it has not finished or is not a TaskRun.
 pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<Verification> {
     let view = TaskRunView::new(taskrun)?;
@@ -417,10 +550,6 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned();
-    let message = condition
-        .get("message")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
     let settings = set.settings();
     let prefix = settings.prefix.as_str();
 
@@ -523,25 +652,6 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
         None => name_owners(steps, &covered, settings),
     };
 
-    // Each step's state, by name (Tekton reports `status.steps[].name` as the step's name).
-    let reported: BTreeMap<&str, &Value> = taskrun
-        .pointer("/status/steps")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(|s| Some((s.get("name")?.as_str()?, s)))
-        .collect();
-    let states: Vec<Option<StepState<'_>>> = steps
-        .iter()
-        .enumerate()
-        .map(|(i, s)| {
-            let name = tekton::step_name(s)
-                .map(str::to_owned)
-                .unwrap_or_else(|| format!("unnamed-{i}"));
-            reported.get(name.as_str()).map(|v| StepState::of(v))
-        })
-        .collect();
-    let outcomes = outcomes(&states);
     let names: Vec<String> = steps
         .iter()
         .enumerate()
@@ -551,76 +661,48 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                 .unwrap_or_else(|| format!("#{i}"))
         })
         .collect();
-    // A jailed user step that could not start: under `onError: continue` Tekton's entrypoint
-    // reports a command that ran and failed as `Continued`; `Failed` is left for a command it
-    // could not start, which for a jailed step is first the jail (user namespaces refused, or a
-    // non-root step), else a command missing from the image. Without `continue` such a step
-    // looks like one that exited 1, and is not told apart.
-    let jailed = covered
-        .iter()
-        .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
-    let not_started: Vec<bool> = owners
-        .iter()
-        .enumerate()
-        .map(|(i, owner)| {
-            jailed
-                && matches!(owner, Owner::User)
-                && outcomes[i] == StepOutcome::Failed
-                && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
-        })
-        .collect();
-    let pod = taskrun
-        .pointer("/status/podName")
-        .and_then(Value::as_str)
+    // Every attempt, each verified on its own: with `spec.retries` Tekton's controller archives
+    // each failed attempt's whole status (its steps included) in `status.retriesStatus[]`
+    // (`retryTaskRun`, v0.62 to v1.15) and the TaskRun's own status is the last attempt's. An
+    // earlier attempt ran the author's steps too, so a policy passes only if it passes in each.
+    let last = taskrun.get("status").unwrap_or(&empty);
+    let mut statuses: Vec<&Value> = last
+        .get("retriesStatus")
+        .and_then(Value::as_array)
+        .map(|earlier| earlier.iter().collect())
         .unwrap_or_default();
-    let stop = Stop {
-        reason: &reason,
-        message,
-        names: &names,
-        owners: &owners,
-        outcomes: &outcomes,
-        states: &states,
-        not_started: &not_started,
-        pod,
-    };
+    statuses.push(last);
+    let attempts: Vec<Attempt> = statuses
+        .iter()
+        .map(|status| Attempt::of(status, steps, &names, &owners, &covered))
+        .collect();
+    let count = attempts.len();
 
     let mut policies: Vec<PolicyRun> = covered
         .iter()
         .enumerate()
         .map(|(c, cover)| {
-            let always = cover
-                .policy
-                .is_some_and(|p| p.spec.post_steps_run == PostStepsRun::Always);
-            let mut runs = Vec::new();
             let mut problems = Vec::new();
-            // The jail this policy asks for could not be set up: no user step ran, with or
-            // without network. Said first, for the policy that asks for it.
-            if cover.policy.is_some_and(|p| p.spec.user_steps.hermetic()) {
-                for i in (0..names.len()).filter(|&i| not_started[i]) {
-                    problems.push((Cause::HermeticJailFailed, stop.jail_failure(i)));
-                }
-            }
-            for (i, owner) in owners.iter().enumerate() {
-                let Owner::Org(o, place) = owner else {
-                    continue;
+            for (a, attempt) in attempts.iter().enumerate() {
+                let label = |text: &str| {
+                    if count == 1 {
+                        text.to_owned()
+                    } else {
+                        format!("attempt {} of {count}: {text}", a + 1)
+                    }
                 };
-                if *o != c {
-                    continue;
-                }
-                let outcome = outcomes[i];
-                let state = states[i].as_ref();
-                let ran = !matches!(outcome, StepOutcome::Skipped | StepOutcome::NeverStarted);
-                runs.push(StepRun {
-                    name: names[i].clone(),
-                    place: *place,
-                    outcome,
-                    exit_code: state.filter(|_| ran).and_then(StepState::exit_code),
-                    duration_seconds: state.filter(|_| ran).and_then(StepState::duration),
-                });
-                if let Some(problem) = stop.problem(i, *place, always) {
-                    problems.push(problem);
-                }
+                problems.extend(
+                    attempt.findings[c]
+                        .problems
+                        .iter()
+                        .map(|(cause, text)| (*cause, label(text))),
+                );
             }
+            // The steps (durations, exit codes) are the last attempt's.
+            let last = attempts
+                .last()
+                .expect("the TaskRun's own status is an attempt");
+            let runs = last.findings[c].runs.clone();
             // A recorded step the TaskRun does not carry as the org's: removed after admission,
             // or, from a resolved Task, not injected at its resolution (or never resolved).
             for missing in cover
@@ -629,10 +711,7 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
                 .filter(|s| !runs.iter().any(|r| &r.name == *s))
             {
                 let why = if steps.is_empty() && from_status {
-                    format!(
-                        "its Task was never resolved into steps: {}",
-                        stop.cause_before(0)
-                    )
+                    format!("its Task was never resolved into steps: {}", last.ended)
                 } else if names.contains(missing) {
                     let step_action = from_status
                         .then(|| step_action_mismatch(cover.policy?, missing, namespace, lookup))
@@ -1187,3 +1266,7 @@ impl Stop<'_> {
 #[cfg(test)]
 #[path = "verify_tests.rs"]
 mod tests;
+
+#[cfg(test)]
+#[path = "verify_breaker34.rs"]
+mod breaker34;

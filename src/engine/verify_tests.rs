@@ -221,6 +221,97 @@ fn a_user_step_timeout_skips_the_always_post_step_and_fails() {
     );
 }
 
+/// `object` after a retry: as Tekton's `retryTaskRun` archives an attempt (its whole status,
+/// `retriesStatus` emptied) before the next attempt's status replaces the TaskRun's own.
+fn archived(mut object: Value, earlier: Vec<Value>) -> Value {
+    let attempts: Vec<Value> = earlier
+        .into_iter()
+        .map(|mut attempt| {
+            attempt["status"]
+                .as_object_mut()
+                .unwrap()
+                .remove("retriesStatus");
+            attempt["status"].clone()
+        })
+        .collect();
+    object["status"]["retriesStatus"] = json!(attempts);
+    object
+}
+
+#[test]
+fn an_earlier_attempt_that_skipped_the_always_post_step_fails_naming_the_attempt() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let timed_out = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 1, "Error", "TimeoutExceeded", 5),
+        skipped("bookend-gate-2"),
+        skipped("bookend-notify"),
+        skipped("bookend-sbom-upload"),
+        skipped("bookend-verdict"),
+    ];
+    let first = finish(object.clone(), false, "Failed", timed_out);
+    let all: Vec<Value> = names(&object).iter().map(|n| completed(n)).collect();
+    let second = finish(object.clone(), true, "Succeeded", all.clone());
+    let third = finish(object, true, "Succeeded", all);
+    let v = verified(&set, &archived(third, vec![first, second]));
+    let sbom = policy(&v, "ClusterStepPolicy/sbom");
+    assert_eq!(
+        fail_reason(sbom),
+        "attempt 1 of 3: org post-step bookend-sbom-upload did not run: step build timed out"
+    );
+    assert_eq!(sbom.cause, Some(Cause::DidNotRun));
+    // The steps reported are the last attempt's.
+    assert_eq!(
+        outcome_of(sbom, "bookend-sbom-upload"),
+        StepOutcome::Completed
+    );
+    // An OnSuccess post-step skipped after a failure is what its policy says, in any attempt.
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/notify").verdict,
+        RunVerdict::Pass
+    );
+}
+
+#[test]
+fn every_attempt_that_ran_the_org_steps_passes() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    // The author's step failed on the first attempt and the Always post-step still ran.
+    let failed = vec![
+        completed("bookend-setup"),
+        completed("bookend-gate-1"),
+        state("build", 3, "Completed", "Continued", 1),
+        completed("bookend-gate-2"),
+        skipped("bookend-notify"),
+        completed("bookend-sbom-upload"),
+        state("bookend-verdict", 1, "Error", "", 0),
+    ];
+    let first = finish(object.clone(), false, "Failed", failed);
+    let all: Vec<Value> = names(&object).iter().map(|n| completed(n)).collect();
+    let last = finish(object, true, "Succeeded", all);
+    let v = verified(&set, &archived(last, vec![first]));
+    for run in &v.policies {
+        assert_eq!(run.verdict, RunVerdict::Pass, "{run:#?}");
+    }
+}
+
+#[test]
+fn the_last_of_several_attempts_is_named_too() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let all: Vec<Value> = names(&object).iter().map(|n| completed(n)).collect();
+    let first = finish(object.clone(), false, "Failed", all);
+    let last = finish(object, false, "TaskRunTimeout", Vec::new());
+    let v = verified(&set, &archived(last, vec![first]));
+    assert!(
+        fail_reason(policy(&v, "ClusterStepPolicy/sbom"))
+            .starts_with("attempt 2 of 2: org pre-step bookend-setup did not run: "),
+        "{v:#?}"
+    );
+}
+
 /// As Tekton's controller leaves the steps when it stops the Pod (terminateStepsInPod).
 fn stopped(name: &str, reason: &str) -> Value {
     json!({

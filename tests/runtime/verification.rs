@@ -108,6 +108,16 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
         two(step("build", "sleep 120")),
     );
     taskrun_timeout["spec"]["timeout"] = json!("10s");
+    // One retry; the author's step times out on the first attempt only (Tekton substitutes
+    // the attempt's number), so the last attempt passes and only `status.retriesStatus` shows
+    // the attempt whose Always post-step never ran.
+    let mut first_attempt_slow = step(
+        "build",
+        "[ $(context.task.retry-count) = 0 ] && sleep 60; true",
+    );
+    first_attempt_slow["timeout"] = json!("1s");
+    let mut retried = taskrun(ALWAYS, "verify-retried", two(first_attempt_slow));
+    retried["spec"]["retries"] = json!(1);
     // Cancelled while its user step runs: `spec.status: TaskRunCancelled`, an UPDATE of the
     // TaskRun (not of a bookend mark) that must go through while bookend's marks webhook is
     // installed.
@@ -165,8 +175,9 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
         taskrun(ALWAYS, "verify-build-fails", two(step("build", "exit 3"))),
         taskrun(ALWAYS, "verify-step-timeout", two(slow_step)),
         taskrun_timeout,
+        retried,
     ]);
-    let [pass, fails, step_timeout, run_timeout] = &runs[..] else {
+    let [pass, fails, step_timeout, run_timeout, retried] = &runs[..] else {
         unreachable!()
     };
     let mut checks = Checks::default();
@@ -211,6 +222,28 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
             serde_json::to_string_pretty(&run_timeout.object["status"]["steps"]).unwrap()
         );
     });
+    checks.check(
+        "spec.retries: an earlier attempt without the Always post-step fails",
+        || {
+            assert_eq!(retried.condition().0, "True", "the last attempt succeeded");
+            assert_eq!(
+                retried.object["status"]["retriesStatus"]
+                    .as_array()
+                    .map(Vec::len),
+                Some(1),
+                "{}",
+                serde_json::to_string_pretty(&retried.object["status"]).unwrap()
+            );
+            assert_eq!(mark(env, retried)[ALWAYS_POLICY], json!("fail"));
+            let why = event(env, retried, "OrgStepsDidNotRun");
+            assert!(
+                why.contains(
+                    "ClusterStepPolicy/rt-always: attempt 1 of 2: org post-step bookend-report did not run: step build timed out"
+                ),
+                "{why}"
+            );
+        },
+    );
     checks.check("a cancellation: the Always post-step did not run", || {
         assert_eq!(cancelled.condition().1, "TaskRunCancelled");
         assert_eq!(mark(env, &cancelled)[ALWAYS_POLICY], json!("fail"));
@@ -252,7 +285,7 @@ pub fn scenario_verification(ctx: &mut Ctx) -> String {
     checks.finish();
     let oom = oom_killed(ctx);
     format!(
-        "pass; failing user step: pass; step timeout, TaskRun timeout and cancellation: fail ({:?}, {:?}); marks webhook refused nothing; {oom}",
+        "pass; failing user step: pass; step timeout, TaskRun timeout, cancellation and a retried TaskRun's first attempt: fail ({:?}, {:?}); marks webhook refused nothing; {oom}",
         run_timeout.condition().1,
         cancelled.condition().1
     )

@@ -269,6 +269,7 @@ fn run_fields() -> impl Strategy<Value = Vec<(&'static str, Value)>> {
                 "debug",
                 json!({"breakpoints": {"beforeSteps": ["bookend-sbom"]}}),
             ),
+            ("debug", json!({"breakpoints": {"onFailure": "enabled"}})),
             (
                 "params",
                 json!([{"name": "mode", "value": "continue"}, {"name": "v", "value": "bookend-creds-vol"}]),

@@ -19,7 +19,8 @@
 //! policy passes only if each of its steps is in the Task exactly as bookend's dry-run writes it
 //! (an org step that is a StepAction: exactly as Tekton's controller resolves that StepAction,
 //! and the StepAction unchanged since the run) and its pre-steps and Always post-steps
-//! completed; and every policy of the record gets a verdict.
+//! completed, in every attempt (`spec.retries`: the earlier ones archived in
+//! `status.retriesStatus`); and every policy of the record gets a verdict.
 //!
 //! Where the webhooks do not run, anyone writes any mark. Invariant of the policies' counts
 //! (`status.verification`): a mark counts for a policy only on a TaskRun in a namespace where
@@ -629,8 +630,10 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
         any::<bool>(),
         prop::collection::vec(edit(), 0..4),
         prop::bool::weighted(0.2),
+        // Earlier attempts (`spec.retries`), each with its own endings.
+        prop::collection::vec(prop::collection::vec(ending(), 16), 0..3),
     );
-    proptest!(config, |((author, mutated, endings, succeeded, edits, action_changed) in strategy)| {
+    proptest!(config, |((author, mutated, endings, succeeded, edits, action_changed, earlier) in strategy)| {
         let mut created = remote_taskrun();
         for e in &edits {
             apply(&mut created, e);
@@ -677,12 +680,23 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
             "status": if succeeded && ran.is_some() { "True" } else { "False" },
             "reason": if ran.is_some() { if succeeded { "Succeeded" } else { "Failed" } } else { "TaskRunResolutionFailed" },
             "message": "ended"}]});
-        if let Some(spec) = &ran {
-            let states: Vec<Value> = spec["steps"].as_array().unwrap().iter().zip(&endings)
+        let states_of = |spec: &Value, endings: &[Ending]| -> Vec<Value> {
+            spec["steps"].as_array().unwrap().iter().zip(endings)
                 .filter_map(|(s, e)| step_state(s["name"].as_str().unwrap_or_default(), *e))
-                .collect();
+                .collect()
+        };
+        if let Some(spec) = &ran {
             status["taskSpec"] = spec.clone();
-            status["steps"] = json!(states);
+            status["steps"] = json!(states_of(spec, &endings));
+            // As Tekton's `retryTaskRun` archives each failed attempt: its whole status.
+            let archived: Vec<Value> = earlier.iter().map(|endings| {
+                json!({"conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed",
+                                       "message": "ended"}],
+                       "taskSpec": spec, "steps": states_of(spec, endings)})
+            }).collect();
+            if !archived.is_empty() {
+                status["retriesStatus"] = json!(archived);
+            }
         }
         stored["status"] = status;
 
@@ -713,13 +727,19 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
                 let want = as_tekton_stores(&json!({"steps": [org_step(name)]}))["steps"][0].clone();
                 prop_assert_eq!(carried[0], &want, "{} as bookend writes it (Tekton resolves it)", name);
                 let must_complete = i < policy.spec.pre_steps.len() || always;
-                if must_complete {
-                    let state = stored["status"]["steps"].as_array().unwrap().iter()
+                // In every attempt: the earlier ones ran the author's steps too.
+                let attempts = stored["status"]["retriesStatus"].as_array().into_iter().flatten()
+                    .chain([&stored["status"]]);
+                for (a, attempt) in attempts.enumerate() {
+                    if !must_complete {
+                        break;
+                    }
+                    let state = attempt["steps"].as_array().unwrap().iter()
                         .find(|s| s["name"] == name);
                     let completed = state.is_some_and(|s| {
                         s["terminated"]["exitCode"] == 0 && s["terminationReason"] == "Completed"
                     });
-                    prop_assert!(completed, "{} passed but {} did not complete: {:?}", run.policy, name, state);
+                    prop_assert!(completed, "{} passed but {} did not complete in attempt {}: {:?}", run.policy, name, a + 1, state);
                 }
             }
         }
@@ -734,5 +754,85 @@ fn no_task_a_resolver_returns_turns_a_fail_into_a_pass() {
     assert!(
         passes > 0 && fails > 0 && unmutated > 0 && step_action_passes > 0,
         "the generator reaches both verdicts, the StepAction policy's pass included"
+    );
+}
+
+/// An `onError` the author writes on a step of their Task.
+fn on_error() -> impl Strategy<Value = Option<&'static str>> {
+    prop::option::of(prop::sample::select(
+        &[
+            "continue",
+            "stopAndFail",
+            "$(params.mode)",
+            "$(params.other)",
+            "x$(params.mode)",
+            "$(params[\"mode\"])",
+            "$(context.taskRun.name)",
+        ][..],
+    ))
+}
+
+/// Invariant: under a `postStepsRun: Always` policy, no Task bookend's dry-run mutation lets run
+/// (mutated or admitted) keeps an `onError` that Tekton substitutes after the dry-run (a
+/// `$(…)`): the TaskRun's values, which the dry-run does not see, would decide whether a failing
+/// step stops the chain before the Always post-steps. Such a Task is refused naming the field.
+#[test]
+fn no_resolved_task_keeps_an_on_error_the_taskrun_decides() {
+    let set = policies_knowing_bookend();
+    let config = Config {
+        cases: super::invariant::cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/marks.proptest-regressions",
+        ))),
+        ..Config::default()
+    };
+    let counts = std::cell::RefCell::new([0usize; 2]);
+    let strategy = (
+        prop::collection::vec((author_step(), on_error()), 1..4),
+        prop::sample::select(&["continue", "stopAndFail", "$(params.other)"][..]),
+    );
+    proptest!(config, |((author, default) in strategy)| {
+        let steps: Vec<Value> = author.iter().enumerate().map(|(i, (s, on_error))| {
+            let mut step = match s {
+                AuthorStep::Copy(name) | AuthorStep::LookAlike(name) =>
+                    json!({"name": name, "image": "busybox", "script": "exit 0"}),
+                _ => json!({"name": format!("s{i}"), "image": "golang", "script": "go build"}),
+            };
+            if let Some(v) = on_error {
+                step["onError"] = json!(v);
+            }
+            step
+        }).collect();
+        let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+            "metadata": {"name": "build", "namespace": "team-a"},
+            "spec": {"params": [{"name": "mode", "type": "string", "default": default},
+                                {"name": "other", "type": "string", "default": "continue"}],
+                     "steps": steps}});
+        let d = decide_resolved_task(
+            Request { object: &task, namespace: "team-a", dry_run: true },
+            &set,
+            &catalog(),
+        );
+        let variable = |s: &Value| s["onError"].as_str().is_some_and(|v| v.contains("$("));
+        if d.outcome == Outcome::Denied {
+            counts.borrow_mut()[1] += 1;
+            if steps.iter().any(variable) {
+                let message = d.message.clone().unwrap_or_default();
+                prop_assert!(message.contains("].onError") && message.contains("write onError literally"), "{}", message);
+            }
+            return Ok(());
+        }
+        counts.borrow_mut()[0] += 1;
+        let ran = &d.object["spec"]["steps"];
+        prop_assert!(
+            !ran.as_array().into_iter().flatten().any(variable),
+            "a Task under an Always policy kept a variable onError: {}", ran
+        );
+    });
+    let [let_run, refused] = counts.into_inner();
+    eprintln!("resolved Tasks with author onError: {let_run} let run, {refused} refused");
+    assert!(
+        let_run > 0 && refused > 0,
+        "the generator reaches both answers"
     );
 }

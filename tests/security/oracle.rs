@@ -505,6 +505,17 @@ fn check_run_fields(admitted: &Value, set: &PolicySet, applied: &[&Policy]) -> R
     {
         return Err("hermetic execution mode".into());
     }
+    // Tekton's entrypoint holds a failing step for a debugger before it reads `onError`: the
+    // Always post-steps would wait for someone to continue.
+    if applied
+        .iter()
+        .any(|p| p.spec.post_steps_run == PostStepsRun::Always)
+        && spec["debug"]["breakpoints"]["onFailure"]
+            .as_str()
+            .is_some_and(|v| !v.is_empty())
+    {
+        return Err("a failure breakpoint under a postStepsRun: Always policy".into());
+    }
     // Directories an org step runs from: its command's, its working directory, its mounts.
     let mut protected: Vec<String> = [
         "bin", "sbin", "usr", "lib", "lib64", "etc", "tekton", "tmp", "opt",

@@ -21,6 +21,9 @@
 
 pub mod container;
 
+#[cfg(test)]
+mod breaker34;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};

@@ -170,3 +170,68 @@ fn always_gates_stay_small_for_long_task_runs() {
     // (The record, 7.7 KB here, is in it twice: the annotation and the param.)
     assert!(serde_json::to_vec(&out).unwrap().len() < 210_000);
 }
+
+/// Tekton's entrypoint holds a failing step for a debugger before it reads `onError`: under an
+/// Always policy the post-step would wait for someone to continue.
+#[test]
+fn a_failure_breakpoint_under_always_is_refused_naming_the_field() {
+    let mut object = build_taskrun();
+    object["spec"]["debug"] = json!({"breakpoints": {"onFailure": "enabled"}});
+    let m = denied(
+        &policies(ALWAYS),
+        &object,
+        "spec.debug.breakpoints.onFailure: policy ClusterStepPolicy/report runs its post-steps whatever",
+    );
+    assert!(m.contains("remove onFailure"), "{m}");
+    // A remote Task the namespace-level Always policy reaches at the dry-run: refused too.
+    let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"generateName": "run-", "namespace": "team-a"},
+        "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]},
+                 "debug": {"breakpoints": {"onFailure": "enabled"}}}});
+    denied(
+        &policies(ALWAYS),
+        &remote,
+        "spec.debug.breakpoints.onFailure",
+    );
+    // Without an Always policy a failure stops the chain anyway: the breakpoint changes nothing
+    // bookend promises.
+    assert_eq!(run(&policies(NOTIFY), &object).outcome, Outcome::Mutated);
+}
+
+/// A resolved Task's `onError: $(params.…)` is substituted from the TaskRun after the dry-run,
+/// which sees only the default: refused under Always; an inline one is resolved (above).
+#[test]
+fn a_variable_on_error_in_a_resolved_task_is_refused_under_always() {
+    let task = |on_error: &str| {
+        json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+            "metadata": {"name": "build", "namespace": "team-a"},
+            "spec": {"params": [{"name": "mode", "default": "continue"}],
+                     "steps": [{"name": "build", "image": "go", "onError": on_error}]}})
+    };
+    let dry_run = |set: &PolicySet, task: &Value| {
+        crate::engine::decide_resolved_task(
+            Request {
+                dry_run: true,
+                ..request(task)
+            },
+            set,
+            &Catalog::default(),
+        )
+    };
+    let d = dry_run(&policies(ALWAYS), &task("$(params.mode)"));
+    assert_eq!(d.outcome, Outcome::Denied);
+    assert_eq!(
+        d.message.as_deref(),
+        Some(
+            "bookend: spec.steps[0].onError: step \"build\" sets onError to \"$(params.mode)\": Tekton substitutes it from the TaskRun's params only after bookend injected policy ClusterStepPolicy/report's steps into this Task (it sees only the defaults), so a TaskRun could turn a failing step into one that stops the chain before the postStepsRun: Always post-steps; write onError literally (continue or stopAndFail)"
+        )
+    );
+    assert_eq!(
+        dry_run(&policies(ALWAYS), &task("continue")).outcome,
+        Outcome::Mutated
+    );
+    assert_eq!(
+        dry_run(&policies(NOTIFY), &task("$(params.mode)")).outcome,
+        Outcome::Mutated
+    );
+}

@@ -51,7 +51,7 @@ use certificates::{Certs, scenario_generated_certificate, scenario_rotation};
 use failure::{scenario_fail_closed, scenario_helm_upgrade_restores, scenario_uninstall};
 use helm::{check_installed_webhooks, helm_install, service_account_kubeconfig};
 use objects::{example, includes, taskrun};
-use pod_backstop::scenario_pod_backstop;
+use pod_backstop::{scenario_pod_backstop, scenario_pod_taken_by_name};
 use policies::{
     scenario_origin_pipeline, scenario_policy_lifecycle, scenario_step_policy,
     scenario_team_cannot_evict_or_wrap_org,
@@ -223,7 +223,7 @@ fn real_apiserver_calls_bookend() {
         returned: Vec::new(),
     };
     type Scenario = fn(&mut Ctx) -> String;
-    let scenarios: [(&str, Scenario); 28] = [
+    let scenarios: [(&str, Scenario); 29] = [
         (
             "attack classes of tests/security: every case's answer and invariant",
             scenario_attack_classes,
@@ -272,6 +272,10 @@ fn real_apiserver_calls_bookend() {
         (
             "the Pod backstop: a remote Task's Pod without its steps is refused",
             scenario_pod_backstop,
+        ),
+        (
+            "the Pod backstop never sees a Pod created ahead under a TaskRun Pod's name (breaker34)",
+            scenario_pod_taken_by_name,
         ),
         (
             "PipelineRun ownerReference matches origin: Pipeline",

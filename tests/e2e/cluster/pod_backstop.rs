@@ -189,3 +189,80 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         pod["spec"]["containers"].as_array().map_or(0, Vec::len),
     )
 }
+
+/// Breaker round 34 (a demonstration, not a fix): a Pod created ahead under the name Tekton
+/// gives a TaskRun's Pod (`<taskrun>-pod`), with the `app.kubernetes.io/managed-by` label
+/// Tekton's pod informer watches but without `tekton.dev/taskRun`, never reaches bookend; the
+/// controller's own Pod of that name passes bookend and then meets `AlreadyExists`, on which
+/// Tekton's `createPod` (v0.62.3 to v1.15.0) takes the Pod of that name from its informer and
+/// runs the TaskRun's status from it. The adoption itself is Tekton's (no controller runs
+/// here); this shows what the API server and bookend do before it.
+pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
+    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
+    let name = "breaker34-adopted";
+    let pod_name = format!("{name}-pod");
+    // The admin's (anyone's with `create pods`) Pod first: each container named as Tekton will
+    // name the TaskRun's steps, each running what its author likes.
+    let forged = json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": pod_name, "namespace": TEAM_A,
+                     "labels": {"app.kubernetes.io/managed-by": "tekton-pipelines"}},
+        "spec": {"automountServiceAccountToken": false, "containers": [
+            {"name": "step-bookend-credentials", "image": "busybox", "command": ["true"]},
+            {"name": "step-build", "image": "busybox", "command": ["true"]},
+            {"name": "step-bookend-sbom", "image": "busybox", "command": ["true"]}]},
+    });
+    ctx.cluster
+        .with_object(&["create"], &forged)
+        .expect_ok("a Pod without tekton.dev/taskRun under the TaskRun Pod's name");
+    // The TaskRun, admitted with its org steps.
+    let taskrun = ctx
+        .cluster
+        .create(&json!({
+            "apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": name, "namespace": TEAM_A},
+            "spec": {"taskSpec": {"steps": [{"name": "build", "image": "docker.io/library/alpine:3.20",
+                                             "script": "echo build"}]}},
+        }))
+        .expect_ok("create the TaskRun")
+        .json();
+    let uid = metadata_str(&taskrun, "uid");
+    // Tekton's controller creates the Pod it built: bookend checks and admits it, then the API
+    // server finds the name taken.
+    let mut built = taskrun_pod(
+        TEAM_A,
+        name,
+        &uid,
+        &json!({"spec": taskrun["spec"]["taskSpec"], "metadata": {"annotations": {}}}),
+    );
+    let meta = built["metadata"].as_object_mut().unwrap();
+    meta.remove("generateName");
+    meta.insert("name".to_owned(), json!(pod_name));
+    let taken = poll(
+        "the controller's RBAC, then the API server's AlreadyExists",
+        Duration::from_secs(30),
+        || {
+            let out = ctx.cluster.with_object(&["create", &as_controller], &built);
+            if out.stderr.contains("AlreadyExists") || out.stderr.contains("already exists") {
+                Ok(out)
+            } else {
+                Err(format!("{}{}", out.stdout, out.stderr))
+            }
+        },
+    );
+    assert!(
+        !taken.stderr.contains("pods.validate.bookend.dev"),
+        "{}",
+        taken.stderr
+    );
+    let kept = ctx
+        .cluster
+        .with_object(&["get"], &forged)
+        .expect_ok("the forged Pod")
+        .json();
+    assert!(kept["metadata"]["labels"]["tekton.dev/taskRun"].is_null());
+    format!(
+        "the controller's Pod passed bookend and met {}; the Pod Tekton will take by name was never sent to bookend",
+        first_line(&taken.stderr)
+    )
+}
