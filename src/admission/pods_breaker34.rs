@@ -51,7 +51,7 @@ fn admitted(labels: Value) -> Value {
 /// admission, or a variable in a mount name, comes to).
 fn review(taskrun: &Value, labels: Value) -> Vec<u8> {
     let steps = taskrun["spec"]["taskSpec"]["steps"].as_array().unwrap();
-    let mut spec = crate::tekton_pod::pod_spec(steps);
+    let mut spec = crate::tekton_pod::pod_spec(steps, &[]);
     let build = spec["containers"]
         .as_array()
         .unwrap()

@@ -55,7 +55,7 @@ fn remote() -> Value {
 fn pod(steps: &[Value]) -> Value {
     json!({"apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": "run-1-pod", "namespace": "team-a", "labels": {"tekton.dev/taskRun": "run-1"}},
-        "spec": crate::tekton_pod::pod_spec(steps)})
+        "spec": crate::tekton_pod::pod_spec(steps, &[])})
 }
 
 fn named<'v>(steps: &'v [Value], name: &str) -> &'v Value {
