@@ -16,6 +16,7 @@ mod cost;
 mod invariant;
 mod marks;
 mod oracle;
+mod pods;
 mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};
