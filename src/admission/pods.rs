@@ -1,5 +1,7 @@
 //! `POST /validate-pods`: Pod CREATEs, UPDATEs and `pods/ephemeralcontainers` UPDATEs of
-//! TaskRuns (the webhook's objectSelector sends only Pods labelled `tekton.dev/taskRun`).
+//! TaskRuns, and of Pods Tekton's controller would adopt as one by name (the webhook's
+//! matchConditions send only Pods labelled `tekton.dev/taskRun`, or named `<taskrun>-pod`,
+//! `-pod-retry<N>` and labelled `app.kubernetes.io/managed-by`).
 //! Answering a CREATE takes the owning TaskRun as the API server has it, which the server
 //! fetches between [`read`] and [`answer`]; both halves are pure.
 
