@@ -18,7 +18,7 @@ use std::process::Command;
 
 use bookend::policy::api::crds_yaml;
 use bookend::policy::load::yaml_documents;
-use serde_json::{Value, json};
+use serde_json::Value;
 
 const NAMESPACE: &str = "bookend-system";
 const SERVICE: &str = "bookend";
@@ -849,8 +849,9 @@ fn validation_is_the_fail_closed_backstop() {
             "a condition on policies must keep every CREATE: {e}"
         );
     }
-    // The Pod backstop sees the Pods labelled as a TaskRun's, whoever creates or changes them
-    // (only Tekton's controller may create one; nobody may change an org container).
+    // The Pod backstop sees the Pods labelled as a TaskRun's and those Tekton's controller would
+    // adopt as one by name, whoever creates or changes them (only Tekton's controller may create
+    // one; nobody may change an org container); an objectSelector cannot test a name.
     let pods = entry(&entries, "pods.validate.bookend.dev");
     rule_is(
         pods,
@@ -860,14 +861,22 @@ fn validation_is_the_fail_closed_backstop() {
         &["pods", "pods/ephemeralcontainers"],
     );
     excludes_system_namespaces(pods);
-    assert_eq!(
-        pods["objectSelector"],
-        json!({"matchExpressions": [{"key": "tekton.dev/taskRun", "operator": "Exists"}]}),
-        "only Pods labelled with their TaskRun reach bookend"
-    );
     assert!(
-        pods.get("matchConditions").is_none(),
-        "not limited to Tekton's controller: a Pod anyone else labels as a TaskRun's is refused"
+        pods.get("objectSelector").is_none(),
+        "an objectSelector on tekton.dev/taskRun keeps away the Pods Tekton adopts by name"
+    );
+    let conditions = serde_json::to_string(&pods["matchConditions"]).unwrap();
+    for needed in [
+        "'tekton.dev/taskRun' in object.metadata.labels",
+        "'tekton.dev/taskRun' in oldObject.metadata.labels",
+        "'app.kubernetes.io/managed-by' in object.metadata.labels",
+        "object.metadata.name.matches('-pod(-retry[0-9]+)?$')",
+    ] {
+        assert!(conditions.contains(needed), "{needed}: {conditions}");
+    }
+    assert!(
+        !conditions.contains("userInfo"),
+        "not limited to Tekton's controller: a Pod anyone else makes a TaskRun's is refused"
     );
 
     // The policy CRDs' group and plural names are the ones the rule names.

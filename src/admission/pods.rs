@@ -1,5 +1,7 @@
 //! `POST /validate-pods`: Pod CREATEs, UPDATEs and `pods/ephemeralcontainers` UPDATEs of
-//! TaskRuns (the webhook's objectSelector sends only Pods labelled `tekton.dev/taskRun`).
+//! TaskRuns, and of Pods Tekton's controller would adopt as one by name (the webhook's
+//! matchConditions send only Pods labelled `tekton.dev/taskRun`, or named `<taskrun>-pod`,
+//! `-pod-retry<N>` and labelled `app.kubernetes.io/managed-by`).
 //! Answering a CREATE takes the owning TaskRun as the API server has it, which the server
 //! fetches between [`read`] and [`answer`]; both halves are pure.
 
@@ -12,8 +14,6 @@ use crate::policy::PolicySet;
 
 /// Label Tekton puts on a TaskRun's Pod: the TaskRun's name.
 pub const TASKRUN_LABEL: &str = "tekton.dev/taskRun";
-/// Label Tekton puts on a TaskRun's Pod: the TaskRun's uid.
-pub const TASKRUN_UID_LABEL: &str = "tekton.dev/taskRunUID";
 
 /// A Pod review, read: what to fetch before it can be answered.
 pub struct PodReview {
@@ -23,7 +23,7 @@ pub struct PodReview {
     owner: Option<Owner>,
 }
 
-/// The TaskRun a Pod belongs to, by its labels.
+/// The TaskRun a Pod belongs to: see [`owner_of`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Owner {
     pub namespace: String,
@@ -90,19 +90,41 @@ pub fn read(body: &[u8]) -> Read {
     }))
 }
 
+/// The TaskRun a Pod was made for: its controller ownerReference of kind TaskRun, which Tekton's
+/// pod builder writes from the TaskRun itself (`NewControllerRef`, every supported version);
+/// else, for a Pod without one, the `tekton.dev/taskRun` label, by name only. Labels never
+/// give a uid: Tekton v0.62 copies the TaskRun's labels, its author's included, to the Pod.
 fn owner_of(pod: &Value, summary: &Summary) -> Option<Owner> {
-    let labels = pod.get("metadata")?.get("labels")?;
-    let label = |key| labels.get(key).and_then(Value::as_str).map(str::to_owned);
     let namespace = pod
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .filter(|s| !s.is_empty())
         .map(str::to_owned)
         .unwrap_or_else(|| summary.namespace.clone());
+    let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
+    let controller = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|r| r.get("controller") == Some(&Value::Bool(true)));
+    if let Some(taskrun) = controller.filter(|r| {
+        r.get("kind").and_then(Value::as_str) == Some("TaskRun")
+            && r.get("apiVersion")
+                .and_then(Value::as_str)
+                .is_some_and(|v| v.starts_with("tekton.dev/"))
+    }) {
+        return Some(Owner {
+            namespace,
+            name: text(taskrun, "name")?,
+            uid: text(taskrun, "uid"),
+        });
+    }
+    let labels = pod.get("metadata")?.get("labels")?;
     Some(Owner {
         namespace,
-        name: label(TASKRUN_LABEL)?,
-        uid: label(TASKRUN_UID_LABEL),
+        name: text(labels, TASKRUN_LABEL)?,
+        uid: None,
     })
 }
 
@@ -140,20 +162,33 @@ pub fn answer(
                 Err(denial) => Answer::deny(denial.message),
             }
         }
+        // Not a TaskRun's Pod yet, but Tekton's controller would adopt it as one by its name
+        // (and the webhook's matchCondition sends only such Pods and TaskRuns' Pods).
+        (None, _) if user != controller && engine::pod::tekton_would_adopt(pod) => {
+            Answer::deny(format!(
+                "bookend: only Tekton's controller ({controller}) creates a Pod named as a TaskRun's Pod (<taskrun>-pod, -pod-retry<N>) with the label {}: Tekton's controller would adopt this Pod as that TaskRun's, unchecked, when its own meets AlreadyExists; this one is created by {user:?}: rename the Pod or remove the label",
+                engine::pod::MANAGED_BY_LABEL
+            ))
+        }
         (None, _) => Answer::allow(),
         // Tekton's controller creates a TaskRun's Pods; a Pod labelled as a TaskRun's by anyone
         // else would be adopted by the controller (a TaskRun created pending) and run in its
         // place.
         (Some(wanted), _) if user != controller => Answer::deny(format!(
-            "bookend: only Tekton's controller ({controller}) creates the Pods of a TaskRun; this Pod is labelled tekton.dev/taskRun={} but is created by {user:?}: remove the label, or let Tekton create the TaskRun's Pod",
+            "bookend: only Tekton's controller ({controller}) creates the Pods of a TaskRun; this Pod is TaskRun {}'s (its tekton.dev/taskRun label or TaskRun ownerReference) but is created by {user:?}: remove the label and the ownerReference, or let Tekton create the TaskRun's Pod",
             wanted.name
         )),
         (Some(wanted), OwnerLookup::Found(taskrun)) => {
             let uid = taskrun.pointer("/metadata/uid").and_then(Value::as_str);
             if wanted.uid.is_some() && wanted.uid.as_deref() != uid {
-                warn(format!(
-                    "bookend: TaskRun {}/{} is not the one this Pod was made for (uid differs); not checked",
-                    wanted.namespace, wanted.name
+                // The TaskRun it was made for is gone and another took its name, whose
+                // controller would adopt this Pod by name: it is no one's to run.
+                Answer::deny(format!(
+                    "bookend: this Pod's owner is a TaskRun {}/{} that no longer exists (uid {}; the TaskRun of that name now is {}); it is not run: Tekton creates the new TaskRun's Pod",
+                    wanted.namespace,
+                    wanted.name,
+                    wanted.uid.as_deref().unwrap_or_default(),
+                    uid.unwrap_or("unknown")
                 ))
             } else {
                 match engine::pod::check_pod(pod, &taskrun, set, lookup) {
@@ -215,7 +250,14 @@ mod tests {
         .set
     }
 
+    /// A review of the Pod Tekton's controller creates; a TaskRun's (labelled so) has the
+    /// controller ownerReference Tekton writes.
     fn pod_review(labels: Value, containers: &[&str]) -> Vec<u8> {
+        let owners = match labels.get(TASKRUN_LABEL) {
+            Some(_) => json!([{"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "name": "run-1",
+                               "uid": "uid-1", "controller": true, "blockOwnerDeletion": true}]),
+            None => json!([]),
+        };
         let containers: Vec<Value> = containers
             .iter()
             .enumerate()
@@ -235,7 +277,7 @@ mod tests {
                         "userInfo": {"username": crate::policy::DEFAULT_TEKTON_CONTROLLER},
                         "kind": {"group": "", "version": "v1", "kind": "Pod"},
                         "object": {"apiVersion": "v1", "kind": "Pod",
-                                   "metadata": {"name": "p", "labels": labels},
+                                   "metadata": {"name": "p", "labels": labels, "ownerReferences": owners},
                                    "spec": {"containers": containers}}}}))
         .unwrap()
     }
@@ -320,12 +362,19 @@ mod tests {
                 .unwrap()
                 .contains("fails closed")
         );
-        // No such TaskRun, another TaskRun of that name, files mode: admitted, with a warning.
-        for owner in [
-            OwnerLookup::NotFound,
+        // The TaskRun it was made for is gone, another took its name: refused (that one's
+        // controller would adopt the Pod by name).
+        let r = answer_with(
+            &bare,
             OwnerLookup::Found(taskrun("uid-2")),
-            OwnerLookup::Unavailable,
-        ] {
+            PodBackstop::Enforce,
+        );
+        refused_with(
+            &r,
+            "no longer exists (uid uid-1; the TaskRun of that name now is uid-2)",
+        );
+        // No such TaskRun, files mode: admitted, with a warning.
+        for owner in [OwnerLookup::NotFound, OwnerLookup::Unavailable] {
             let r = answer_with(&bare, owner, PodBackstop::Enforce);
             assert_eq!(r["allowed"], true, "{r}");
             assert!(r["warnings"][0].is_string(), "{r}");
@@ -343,14 +392,14 @@ mod tests {
             OwnerLookup::Found(taskrun("uid-1")),
             PodBackstop::Enforce,
         );
+        refused_with(&r, "only Tekton's controller");
+    }
+
+    /// `r` refuses, its message saying `text`.
+    fn refused_with(r: &Value, text: &str) {
         assert_eq!(r["allowed"], false, "{r}");
-        assert!(
-            r["status"]["message"]
-                .as_str()
-                .unwrap()
-                .contains("only Tekton's controller"),
-            "{r}"
-        );
+        let message = r["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(text), "{text}: {r}");
     }
 
     fn update(old: Value, new: Value, subresource: &str, user: &str) -> Value {
@@ -360,18 +409,23 @@ mod tests {
                         "userInfo": {"username": user},
                         "kind": {"group": "", "version": "v1", "kind": "Pod"},
                         "object": new, "oldObject": old}})).unwrap();
-        let Read::Review(review) = read(&body) else {
+        serde_json::from_slice::<Value>(&answer_unowned(&body).body).unwrap()["response"].clone()
+    }
+
+    /// Reads `body`, which names no TaskRun to fetch (an UPDATE, a Pod that is no TaskRun's),
+    /// and answers it.
+    fn answer_unowned(body: &[u8]) -> Reply {
+        let Read::Review(review) = read(body) else {
             panic!("a readable review")
         };
-        assert!(review.owner().is_none(), "an UPDATE needs no TaskRun");
-        let reply = answer(
+        assert!(review.owner().is_none(), "no TaskRun to fetch");
+        answer(
             review,
             OwnerLookup::NotFound,
             PodBackstop::Enforce,
             &set(),
             &Catalog::default(),
-        );
-        serde_json::from_slice::<Value>(&reply.body).unwrap()["response"].clone()
+        )
     }
 
     #[test]
@@ -439,18 +493,81 @@ mod tests {
     }
 
     #[test]
-    fn pods_that_are_not_a_taskruns_need_nothing() {
-        let Read::Review(review) = read(&pod_review(json!({"app": "x"}), &["main"])) else {
-            panic!("a readable review")
+    fn a_pod_tekton_would_adopt_by_name_is_the_controllers_to_create_or_label() {
+        for name in [
+            "run-1-pod",
+            "run-1-pod-retry2",
+            "a-very-long-run-0123456789abcdef-pod",
+        ] {
+            assert!(crate::engine::pod::is_taskrun_pod_name(name), "{name}");
+        }
+        for name in [
+            "pod",
+            "run-1",
+            "run-1-podcast",
+            "run-1-pod-retry",
+            "run-1-pod-retryx",
+            "run-1-pod-",
+        ] {
+            assert!(!crate::engine::pod::is_taskrun_pod_name(name), "{name}");
+        }
+        let review = |user: &str, name: &str, labels: Value| {
+            let body = serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u-3", "operation": "CREATE", "namespace": "team-a",
+                            "userInfo": {"username": user},
+                            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                            "object": {"apiVersion": "v1", "kind": "Pod",
+                                       "metadata": {"name": name, "labels": labels},
+                                       "spec": {"containers": [{"name": "step-build", "image": "busybox"}]}}}}))
+            .unwrap();
+            serde_json::from_slice::<Value>(&answer_unowned(&body).body).unwrap()["response"]
+                .clone()
         };
-        assert!(review.owner().is_none());
-        let reply = answer(
-            review,
-            OwnerLookup::NotFound,
-            PodBackstop::Enforce,
-            &set(),
-            &Catalog::default(),
+        let tenant = "system:serviceaccount:team-a:default";
+        let managed = json!({"app.kubernetes.io/managed-by": "tekton-pipelines"});
+        let r = review(tenant, "run-1-pod", managed.clone());
+        assert_eq!(r["allowed"], false, "{r}");
+        let message = r["status"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("adopt") && message.contains("rename the Pod or remove the label"),
+            "{r}"
         );
+        // Another name, or no label Tekton's informer watches: Tekton never takes it.
+        assert_eq!(
+            review(tenant, "run-1-web", managed.clone())["allowed"],
+            true
+        );
+        assert_eq!(
+            review(tenant, "run-1-pod", json!({"app": "x"}))["allowed"],
+            true
+        );
+        // Tekton's controller: its own.
+        let controller = crate::policy::DEFAULT_TEKTON_CONTROLLER;
+        assert_eq!(
+            review(controller, "run-1-pod", managed.clone())["allowed"],
+            true
+        );
+        // Labelling such a Pod afterwards puts it in the informer: the controller's only.
+        let bare = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "run-1-pod"},
+                          "spec": {"containers": [{"name": "step-build", "image": "busybox"}]}});
+        let mut labelled = bare.clone();
+        labelled["metadata"]["labels"] = managed;
+        let r = update(bare.clone(), labelled.clone(), "", tenant);
+        assert_eq!(r["allowed"], false, "{r}");
+        assert_eq!(
+            update(bare, labelled.clone(), "", controller)["allowed"],
+            true
+        );
+        assert_eq!(
+            update(labelled.clone(), labelled, "", tenant)["allowed"],
+            true
+        );
+    }
+
+    #[test]
+    fn pods_that_are_not_a_taskruns_need_nothing() {
+        let reply = answer_unowned(&pod_review(json!({"app": "x"}), &["main"]));
         assert_eq!(reply.summary.outcome, Some(Outcome::Admitted));
         assert!(matches!(read(b"not json"), Read::Malformed(r) if !r.answered()));
     }

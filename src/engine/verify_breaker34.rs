@@ -197,7 +197,7 @@ fn a_remote_task_whose_taskrun_param_took_always_away_fails() {
 }
 
 #[test]
-#[ignore = "BREAK: the status of a Pod the author pre-created under the TaskRun Pod's name (Tekton adopts it on AlreadyExists) verifies as pass: every step Completed, though each ran the author's busybox (status.steps[].imageID), not the org step's image"]
+#[ignore = "OPEN (defence in depth only): verification does not compare status.steps[].imageID with the org step's image; the Pod Tekton adopted by name that made this reachable is refused by the Pod backstop since breaker round 34 (admission::pods::breaker34), and a tag-only policy image (this one: alpine) cannot be compared with the digest a step ran"]
 fn steps_that_ran_another_image_are_not_the_org_steps() {
     let set = policies(ALWAYS);
     let mut object = admitted(&set, json!({}));

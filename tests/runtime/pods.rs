@@ -122,15 +122,21 @@ pub fn scenario_tampered_pods(ctx: &mut Ctx) -> String {
     templated["stepTemplate"] = json!({"env": [{"name": "EVIL", "value": "1"}]});
     let mut forged = sealed.clone();
     forged["steps"][0]["image"] = json!("docker.io/library/alpine:3.20");
+    // The forged step again, the TaskRun labelled tekton.dev/taskRunUID by its author: Tekton
+    // v0.62 copies the label onto the Pod and writes none of its own (breaker round 34); the
+    // Pod is judged by its ownerReference all the same.
+    let mut forged_uid = taskrun(TAMPER, "forged-uid", forged.clone());
+    forged_uid["metadata"]["labels"] = json!({"tekton.dev/taskRunUID": "forged"});
     let runs = without_taskrun_webhooks(ctx, || {
         ctx.env.run_all(&[
             taskrun(TAMPER, "sealed", sealed),
             taskrun(TAMPER, "templated", templated),
             taskrun(TAMPER, "forged", forged),
+            forged_uid,
         ])
     });
     let env = &ctx.env;
-    let [sealed, templated, forged] = &runs[..] else {
+    let [sealed, templated, forged, forged_uid] = &runs[..] else {
         unreachable!()
     };
     let mut checks = Checks::default();
@@ -165,6 +171,15 @@ pub fn scenario_tampered_pods(ctx: &mut Ctx) -> String {
     checks.check("a forged org step: the Pod is refused", || {
         refused(forged, &["the TaskRun's steps are not what bookend writes"])
     });
+    checks.check(
+        "a forged org step under the author's tekton.dev/taskRunUID label: the Pod is refused",
+        || {
+            refused(
+                forged_uid,
+                &["the TaskRun's steps are not what bookend writes"],
+            )
+        },
+    );
 
     // The author's StepAction mounts the org's volume: the mount name is a param Tekton
     // substitutes when it resolves the StepAction, after admission; the Pod shows it.

@@ -242,8 +242,8 @@ pub fn scenario_remote(ctx: &mut Ctx) -> String {
             INJECTED.map(|n| format!("step-{n}")),
             "the Pod's step containers"
         );
-        // The controller's Pod CREATE reached bookend's Pod backstop (objectSelector and the
-        // controller's user in matchConditions), which admitted it.
+        // The controller's Pod CREATE reached bookend's Pod backstop (its matchConditions: the
+        // tekton.dev/taskRun label), which admitted it.
         let pod_name = run.object["status"]["podName"].as_str().unwrap_or("");
         assert_eq!(
             pod_reviews(ctx, pod_name),

@@ -18,6 +18,7 @@ mod marks;
 mod oracle;
 mod provenance_record;
 mod pod_backstop;
+mod pods;
 mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};

@@ -144,8 +144,41 @@ pub fn check_pod(
     })
 }
 
+/// The label Tekton's controller filters its Pod informer on (`app.kubernetes.io/managed-by`,
+/// any value): only a Pod carrying it can be adopted by name.
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+
+/// Whether `name` is one Tekton gives a TaskRun's Pod: `kmeta.ChildName(<taskrun>, "-pod")`,
+/// `-pod-retry<N>` for a retry (a long TaskRun name is hashed, the suffix kept).
+pub fn is_taskrun_pod_name(name: &str) -> bool {
+    let Some((_, tail)) = name.rsplit_once("-pod") else {
+        return false;
+    };
+    tail.is_empty()
+        || tail
+            .strip_prefix("-retry")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Whether Tekton's controller would take `pod` for a TaskRun's Pod by its name alone: when
+/// its own Pod meets `AlreadyExists`, `createPod` (pkg/reconciler/taskrun, v0.62 to v1.15)
+/// returns the Pod of that name from its informer, with no owner or label check. Such a Pod
+/// is Tekton's controller's to create, whatever its other labels.
+pub fn tekton_would_adopt(pod: &Value) -> bool {
+    let name = pod
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    is_taskrun_pod_name(name)
+        && pod
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object)
+            .is_some_and(|labels| labels.contains_key(MANAGED_BY_LABEL))
+}
+
 /// Checks a Pod UPDATE (`subresource` empty) or an `ephemeralcontainers` UPDATE against the Pod
-/// before it. Only Tekton's controller (`by_controller`) may label a Pod as a TaskRun's; no one
+/// before it. Only Tekton's controller (`by_controller`) may label a Pod as a TaskRun's (or as
+/// one Tekton would adopt by name, [`tekton_would_adopt`]); no one
 /// may change the image of an org container or of Tekton's init containers (Kubernetes lets a
 /// container's image change, and restarts it with the new one); no ephemeral container may
 /// target an org container (sharing its processes) or mount bookend's or Tekton's internal
@@ -172,6 +205,11 @@ pub fn check_pod_update(
             "only Tekton's controller labels a Pod as a TaskRun's (tekton.dev/taskRun {:?} -> {:?})",
             label(old),
             label(new)
+        ));
+    }
+    if tekton_would_adopt(new) && !tekton_would_adopt(old) && !by_controller {
+        return deny(format!(
+            "only Tekton's controller labels a Pod {MANAGED_BY_LABEL} under a name Tekton gives a TaskRun's Pod (<taskrun>-pod, -pod-retry<N>): Tekton would adopt it as that TaskRun's Pod, unchecked; rename the Pod or leave the label off"
         ));
     }
     let prefix = format!("step-{}", settings.prefix);

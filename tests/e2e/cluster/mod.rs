@@ -274,7 +274,7 @@ fn real_apiserver_calls_bookend() {
             scenario_pod_backstop,
         ),
         (
-            "the Pod backstop never sees a Pod created ahead under a TaskRun Pod's name (breaker34)",
+            "a Pod taken by the TaskRun Pod's name is refused (breaker34)",
             scenario_pod_taken_by_name,
         ),
         (

@@ -190,13 +190,13 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
     )
 }
 
-/// Breaker round 34 (a demonstration, not a fix): a Pod created ahead under the name Tekton
-/// gives a TaskRun's Pod (`<taskrun>-pod`), with the `app.kubernetes.io/managed-by` label
-/// Tekton's pod informer watches but without `tekton.dev/taskRun`, never reaches bookend; the
-/// controller's own Pod of that name passes bookend and then meets `AlreadyExists`, on which
-/// Tekton's `createPod` (v0.62.3 to v1.15.0) takes the Pod of that name from its informer and
-/// runs the TaskRun's status from it. The adoption itself is Tekton's (no controller runs
-/// here); this shows what the API server and bookend do before it.
+/// Breaker round 34: a Pod created ahead under the name Tekton gives a TaskRun's Pod
+/// (`<taskrun>-pod`), with the `app.kubernetes.io/managed-by` label Tekton's pod informer
+/// watches but without `tekton.dev/taskRun`, would be adopted by Tekton's `createPod` (v0.62.3
+/// to v1.15.0: on `AlreadyExists` it takes the Pod of that name from its informer, checking
+/// nothing else) and run in place of the TaskRun's. The webhook's matchCondition sends it to
+/// bookend, which refuses it from anyone but the controller, and refuses the label added later;
+/// a Pod of that name without the label (not in Tekton's informer) is not sent at all.
 pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
     let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
     let name = "breaker34-adopted";
@@ -212,9 +212,39 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
             {"name": "step-build", "image": "busybox", "command": ["true"]},
             {"name": "step-bookend-sbom", "image": "busybox", "command": ["true"]}]},
     });
+    let refused = ctx.cluster.with_object(&["create"], &forged);
+    assert!(
+        !refused.ok()
+            && refused.stderr.contains("pods.validate.bookend.dev")
+            && refused.stderr.contains("would adopt this Pod")
+            && refused
+                .stderr
+                .contains("rename the Pod or remove the label"),
+        "a Pod Tekton would adopt by name, from the admin: {}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    // The same Pod without the label is not Tekton's to take (its informer never lists it),
+    // and never reaches bookend; giving it the label afterwards is refused.
+    let mut unlabelled = forged.clone();
+    unlabelled["metadata"]["labels"] = json!({"app": "squatter"});
     ctx.cluster
-        .with_object(&["create"], &forged)
-        .expect_ok("a Pod without tekton.dev/taskRun under the TaskRun Pod's name");
+        .with_object(&["create"], &unlabelled)
+        .expect_ok("the Pod of that name without the managed-by label");
+    let relabel = ctx.cluster.kubectl(&[
+        "label",
+        "pod",
+        &pod_name,
+        "-n",
+        TEAM_A,
+        "app.kubernetes.io/managed-by=tekton-pipelines",
+    ]);
+    assert!(
+        !relabel.ok() && relabel.stderr.contains("pods.validate.bookend.dev"),
+        "labelling the Pod for Tekton's informer: {}{}",
+        relabel.stdout,
+        relabel.stderr
+    );
     // The TaskRun, admitted with its org steps.
     let taskrun = ctx
         .cluster
@@ -228,7 +258,8 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
         .json();
     let uid = metadata_str(&taskrun, "uid");
     // Tekton's controller creates the Pod it built: bookend checks and admits it, then the API
-    // server finds the name taken.
+    // server finds the name taken by a Pod Tekton's informer does not list (so Tekton retries
+    // and never runs it).
     let mut built = taskrun_pod(
         TEAM_A,
         name,
@@ -250,19 +281,19 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
             }
         },
     );
-    assert!(
-        !taken.stderr.contains("pods.validate.bookend.dev"),
-        "{}",
-        taken.stderr
-    );
     let kept = ctx
         .cluster
-        .with_object(&["get"], &forged)
-        .expect_ok("the forged Pod")
+        .with_object(&["get"], &unlabelled)
+        .expect_ok("the squatting Pod")
         .json();
-    assert!(kept["metadata"]["labels"]["tekton.dev/taskRun"].is_null());
+    assert!(
+        kept["metadata"]["labels"]["app.kubernetes.io/managed-by"].is_null(),
+        "{}",
+        kept["metadata"]
+    );
     format!(
-        "the controller's Pod passed bookend and met {}; the Pod Tekton will take by name was never sent to bookend",
+        "the Pod Tekton would adopt by name refused ({}); its label refused later; the unlabelled squatter only makes the controller's Pod meet {}",
+        first_line(&refused.stderr),
         first_line(&taken.stderr)
     )
 }
