@@ -23,6 +23,8 @@ pub mod container;
 
 #[cfg(test)]
 mod breaker34;
+#[cfg(test)]
+mod breaker35;
 
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -1,0 +1,122 @@
+//! Breaker round 35: inputs that defeat the claims I11 (an org container sees nothing of the
+//! author's over its paths) and I12 (the Pod backstop judges a Pod by its controller
+//! ownerReference, and only Tekton's controller makes a Pod Tekton would take for a TaskRun's).
+//! Each test asserts what the claim requires; those that fail on the current code are ignored
+//! with `BREAK:` and the input that breaks it.
+
+use serde_json::{Value, json};
+
+use super::check_pod_update;
+use crate::engine::isolate::OrgPaths;
+use crate::policy::{Policy, Settings, WorkspaceMounts};
+
+/// A TaskRun's Pod as Tekton's controller made it: its label, Tekton's managed-by label and
+/// the controller ownerReference to the TaskRun of `uid`.
+fn taskrun_pod(uid: &str) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "run-1-pod", "namespace": "team-a",
+            "labels": {"tekton.dev/taskRun": "run-1", "app.kubernetes.io/managed-by": "tekton-pipelines"},
+            "ownerReferences": [{"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "name": "run-1",
+                "uid": uid, "controller": true, "blockOwnerDeletion": true}]},
+        "spec": {"containers": [{"name": "step-build", "image": "golang"}]}})
+}
+
+/// I12. Kubernetes lets anyone who may update a Pod rewrite its ownerReferences (only
+/// `pods/status` keeps them). A TaskRun's Pod left behind (`kubectl delete taskrun run-1
+/// --cascade=orphan`, or a Pod from before a policy existed) is re-pointed by the namespace's
+/// editor at a new TaskRun of the same name, created pending: Tekton's controller lists Pods
+/// labelled `tekton.dev/taskRun=run-1`, finds one `IsControlledBy` the new TaskRun and runs it
+/// as the new TaskRun's, though bookend judged it against the old one (or never against any
+/// policy of the new one). The CREATE path refuses exactly this (an owner uid that is not the
+/// TaskRun's); the UPDATE path checks labels and images only.
+#[test]
+#[ignore = "BREAK: a non-controller UPDATE re-pointing a TaskRun Pod's controller ownerReference at another TaskRun (new uid) is admitted"]
+fn only_tektons_controller_changes_which_taskrun_controls_a_pod() {
+    let old = taskrun_pod("uid-old");
+    let new = taskrun_pod("uid-new");
+    let answer = check_pod_update(&old, &new, "", false, &Settings::default());
+    assert!(
+        answer.is_err(),
+        "a namespace editor re-pointed the Pod at TaskRun uid-new and bookend admitted it"
+    );
+}
+
+/// I12, the same Pod given an owner where it had none (the garbage collector removed the old
+/// TaskRun's reference when orphaning it).
+#[test]
+#[ignore = "BREAK: a non-controller UPDATE adding a TaskRun controller ownerReference to an orphaned TaskRun Pod is admitted"]
+fn only_tektons_controller_gives_a_pod_a_taskrun_owner() {
+    let mut old = taskrun_pod("uid-old");
+    old["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    let new = taskrun_pod("uid-new");
+    let answer = check_pod_update(&old, &new, "", false, &Settings::default());
+    assert!(
+        answer.is_err(),
+        "an orphaned TaskRun Pod was adopted for a new TaskRun by a non-controller UPDATE"
+    );
+}
+
+/// Sanity: the garbage collector orphaning a Pod (removing the reference) stays admitted; the
+/// break above is about giving or changing a TaskRun owner, not removing one.
+#[test]
+fn removing_the_owner_reference_stays_admitted() {
+    let old = taskrun_pod("uid-old");
+    let mut new = old.clone();
+    new["metadata"]
+        .as_object_mut()
+        .unwrap()
+        .remove("ownerReferences");
+    assert!(check_pod_update(&old, &new, "", false, &Settings::default()).is_ok());
+}
+
+/// A policy whose org step mounts its Secret at /workspace/creds and lets workspaces go
+/// anywhere (`workspaceMounts: Anywhere`).
+fn anywhere() -> Policy {
+    let set = crate::engine::tests::policies(
+        "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  volumes: [{name: bookend-creds, secret: {secretName: org-creds}}]\n  preSteps: [{name: bookend-x, image: alpine, command: [/usr/local/bin/x], volumeMounts: [{name: bookend-creds, mountPath: /workspace/creds, readOnly: true}]}]\n",
+    );
+    let mut policy = set.policies()[0].clone();
+    policy.spec.workspace_mounts = WorkspaceMounts::Anywhere;
+    policy
+}
+
+/// I11, path normalisation. The API server does not require a volumeMount's mountPath to be
+/// absolute (`ValidateVolumeMounts` checks only empty and unique), Tekton's step validation
+/// checks only `/tekton/` after `filepath.Clean`, and the OCI runtime takes a relative
+/// destination relative to the container's root: `workspace/creds` is `/workspace/creds`.
+/// `OrgPaths::refusal` cleans without rooting, so the relative form escapes the `mounts` check
+/// (it compares with `/workspace/creds`) and the exact-`/workspace` check, while the top-level
+/// check (`/usr`, `/tekton`, ...) does catch relative paths. A stepTemplate mount
+/// `{name: <author volume>, mountPath: workspace/creds/token}` (or `workspace`) reaches the org
+/// container over (or hiding) its own Secret mount.
+#[test]
+#[ignore = "BREAK: a relative mountPath (workspace/creds/token, workspace) is not refused where its absolute form is (workspaceMounts: Anywhere)"]
+fn a_relative_mount_path_is_refused_where_its_absolute_form_is() {
+    let policy = anywhere();
+    let paths = OrgPaths::of(&[&policy]);
+    let cases = [
+        ("/workspace/creds/token", "workspace/creds/token"),
+        ("/workspace/creds", "workspace/creds"),
+        ("/workspace", "workspace"),
+        ("/workspace", "./workspace"),
+        ("/", "."),
+    ];
+    for (absolute, _) in cases {
+        assert!(
+            paths.refusal(absolute).is_some(),
+            "sanity: {absolute} is refused"
+        );
+    }
+    let admitted: Vec<&str> = cases
+        .iter()
+        .filter(|(_, relative)| paths.refusal(relative).is_none())
+        .map(|(_, relative)| *relative)
+        .collect();
+    assert!(
+        admitted.is_empty(),
+        "relative forms admitted where their absolute forms are refused: {admitted:?}"
+    );
+}
