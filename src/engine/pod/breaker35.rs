@@ -4,6 +4,7 @@
 //! Each test asserts what the claim requires; those that fail on the current code are ignored
 //! with `BREAK:` and the input that breaks it.
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::check_pod_update;
@@ -118,5 +119,37 @@ fn a_relative_mount_path_is_refused_where_its_absolute_form_is() {
     assert!(
         admitted.is_empty(),
         "relative forms admitted where their absolute forms are refused: {admitted:?}"
+    );
+}
+
+/// I12, the webhook's scope. `pods/status` UPDATEs change a Pod's labels (the API server's
+/// `podStatusStrategy` keeps only the spec and the ownerReferences; `ValidatePodStatusUpdate`
+/// allows any label change), and `pods.validate.bookend.dev` is not called for that
+/// subresource: whoever may patch `pods/status` (a node's kubelet for its Pods, an operator's
+/// service account granted `pods/status`) labels a Pod `tekton.dev/taskRun` or
+/// `app.kubernetes.io/managed-by` (a `<taskrun>-pod` Tekton then adopts by name) unchecked,
+/// where the same change through `pods` is refused. Narrow: the namespace's `edit` and `admin`
+/// roles do not include `pods/status`.
+#[test]
+#[ignore = "BREAK: the Pod backstop's rules omit pods/status, through which labels (tekton.dev/taskRun, managed-by) change unchecked"]
+fn the_pod_backstop_sees_every_update_that_can_change_a_pods_labels() {
+    let webhooks = include_str!("../../../deploy/base/webhooks.yaml");
+    let backstop = serde_yaml_ng::Deserializer::from_str(webhooks)
+        .filter_map(|doc| serde_yaml_ng::Value::deserialize(doc).ok())
+        .filter_map(|doc| doc.get("webhooks").and_then(|w| w.as_sequence()).cloned())
+        .flatten()
+        .find(|w| w.get("name").and_then(|n| n.as_str()) == Some("pods.validate.bookend.dev"))
+        .expect("the Pod backstop's webhook");
+    let resources: Vec<String> = backstop["rules"][0]["resources"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r.as_str().map(str::to_owned))
+        .collect();
+    assert!(
+        resources
+            .iter()
+            .any(|r| r == "pods/status" || r == "pods/*"),
+        "pods/status is not sent to the backstop: {resources:?}"
     );
 }
