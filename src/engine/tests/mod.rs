@@ -10,6 +10,7 @@ use serde_json::json;
 mod after_admission;
 mod always;
 mod always_run;
+mod breaker35;
 mod hermetic;
 mod order;
 mod patch;
