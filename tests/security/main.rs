@@ -16,8 +16,8 @@ mod cost;
 mod invariant;
 mod marks;
 mod oracle;
-mod provenance_record;
 mod pod_backstop;
+mod provenance_record;
 mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};
