@@ -12,6 +12,11 @@
 #          --enable-aggregator-routing=true)
 #        E2E_AUDIT_USERS  comma-separated user names whose requests the apiserver writes to
 #                         WORKDIR/audit.log (audit level Metadata, one JSON event per line)
+#        E2E_SERVICE_ACCOUNT_ADMISSION=1  leaves the ServiceAccount admission plugin on, as on a
+#          real cluster: it mounts the service account token (kube-api-access-<random>) into
+#          every container of a Pod, and refuses a Pod whose ServiceAccount does not exist. No
+#          controller creates `default` here: this creates it in namespace default, the tests in
+#          their own namespaces.
 #
 # On success prints KEY=VALUE lines (also written to WORKDIR/env, shell-sourceable):
 #   KUBECONFIG, E2E_API_URL, E2E_API_CA (PEM file of the apiserver's self-signed cert),
@@ -118,6 +123,10 @@ if [[ -n ${E2E_AUDIT_USERS:-} ]]; then
          --audit-log-format=json --audit-log-mode=blocking)
 fi
 read -ra EXTRA_ARGS <<<"${E2E_APISERVER_ARGS:-}"
+# Off by default: without kube-controller-manager no `default` ServiceAccount exists, and the
+# plugin would refuse every Pod.
+SA_ADMISSION=(--disable-admission-plugins=ServiceAccount)
+[[ ${E2E_SERVICE_ACCOUNT_ADMISSION:-} == 1 ]] && SA_ADMISSION=()
 setsid "$BIN/kube-apiserver" \
   --etcd-servers="http://127.0.0.1:$ETCD_PORT" \
   --bind-address=127.0.0.1 --secure-port="$API_PORT" \
@@ -128,9 +137,8 @@ setsid "$BIN/kube-apiserver" \
   --service-account-key-file="$D/sa.key" --service-account-signing-key-file="$D/sa.key" \
   --token-auth-file="$D/tokens.csv" \
   --authorization-mode=RBAC \
-  --disable-admission-plugins=ServiceAccount \
   --allow-privileged=true \
-  --v=1 "${AUDIT[@]}" "${EXTRA_ARGS[@]}" \
+  --v=1 "${SA_ADMISSION[@]}" "${AUDIT[@]}" "${EXTRA_ARGS[@]}" \
   </dev/null >"$D/kube-apiserver.log" 2>&1 &
 echo $! >"$D/kube-apiserver.pid"
 API_URL="https://127.0.0.1:$API_PORT"
@@ -147,6 +155,9 @@ K config set-context e2e --cluster=e2e --user=e2e-admin --namespace=default >/de
 K config use-context e2e >/dev/null
 chmod 600 "$KC"
 wait_for "namespace default" K get namespace default
+if [[ ${E2E_SERVICE_ACCOUNT_ADMISSION:-} == 1 ]]; then
+  K create serviceaccount default --namespace default >/dev/null
+fi
 
 # --- Tekton CRDs (too large for client-side apply: create)
 K create -f "$BIN/crds/300-taskrun.yaml" -f "$BIN/crds/300-task.yaml" -f "$BIN/crds/300-stepaction.yaml" >/dev/null

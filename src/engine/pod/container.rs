@@ -433,6 +433,14 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
                 ),
             );
         }
+        if is_plugins_token_mount(a) {
+            return differ(
+                field,
+                format!(
+                    "{name:?} at {path:?}: the Task's volume {name:?} is not the service account token; the API server's ServiceAccount admission plugin takes a Pod volume named kube-api-access-… for the token's and mounts it at {SERVICE_ACCOUNT_TOKEN_PATH} in every container, org steps included; rename the Task's volume"
+                ),
+            );
+        }
         if let Some(refusal) = pod.org_paths.refusal(path) {
             return differ(
                 field,
@@ -445,23 +453,31 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
     Ok(())
 }
 
+/// Where the API server's ServiceAccount admission plugin mounts the service account token.
+const SERVICE_ACCOUNT_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
 /// The API server's ServiceAccount admission plugin mounts the service account's token into
 /// every container (`mountServiceAccountToken`): `kube-api-access-<random>` at
-/// `/var/run/secrets/kubernetes.io/serviceaccount`, read-only, on the projected volume of
-/// `TokenVolumeSource`. It takes a Pod volume named `kube-api-access-…` that is already there
-/// for it, so one of the Task's own counts only if it is exactly that volume.
+/// `SERVICE_ACCOUNT_TOKEN_PATH`, read-only. It takes a Pod volume named `kube-api-access-…`
+/// that is already there for it, so the mount alone says nothing about the volume's contents.
+fn is_plugins_token_mount(mount: &Value) -> bool {
+    let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
+    name.starts_with("kube-api-access-")
+        && equivalent(
+            mount,
+            &serde_json::json!({"name": name, "mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": true}),
+        )
+}
+
+/// The plugin's mount on the projected volume of `TokenVolumeSource`: a Task volume of that
+/// name counts only if it is exactly that volume.
 fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
     let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
     let token_volume = serde_json::json!({"name": name, "projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
-    name.starts_with("kube-api-access-")
-        && equivalent(
-            mount,
-            &serde_json::json!({"name": name, "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
-        )
-        && volume.is_none_or(|v| equivalent(v, &token_volume))
+    is_plugins_token_mount(mount) && volume.is_none_or(|v| equivalent(v, &token_volume))
 }
 
 /// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
@@ -1080,7 +1096,7 @@ mod tests {
             (
                 &anywhere,
                 json!({"name": "kube-api-access-evil", "mountPath": "/var/run/secrets/kubernetes.io/serviceaccount", "readOnly": true}),
-                "(/var)",
+                "the Task's volume \"kube-api-access-evil\" is not the service account token; the API server's ServiceAccount admission plugin takes a Pod volume named kube-api-access-… for the token's and mounts it at /var/run/secrets/kubernetes.io/serviceaccount in every container, org steps included; rename the Task's volume",
             ),
             (
                 &anywhere,

@@ -33,7 +33,7 @@ mod tasks;
 mod upgrade;
 mod verification;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -51,7 +51,9 @@ use certificates::{Certs, scenario_generated_certificate, scenario_rotation};
 use failure::{scenario_fail_closed, scenario_helm_upgrade_restores, scenario_uninstall};
 use helm::{check_installed_webhooks, helm_install, service_account_kubeconfig};
 use objects::{example, includes, taskrun};
-use pod_backstop::{scenario_pod_backstop, scenario_pod_taken_by_name};
+use pod_backstop::{
+    scenario_pod_backstop, scenario_pod_taken_by_name, scenario_service_account_token,
+};
 use policies::{
     scenario_origin_pipeline, scenario_policy_lifecycle, scenario_step_policy,
     scenario_team_cannot_evict_or_wrap_org,
@@ -130,23 +132,11 @@ fn scenario_tekton_validate(ctx: &mut Ctx) -> String {
     format!("{} objects, all OK", results.len())
 }
 
-#[test]
-fn real_apiserver_calls_bookend() {
-    let mut clock = Clock::new("e2e");
-    tools();
-    clock.done("tools (build-tools.sh)");
-
-    let tmp = tempfile::Builder::new()
-        .prefix("bookend-e2e-")
-        .tempdir()
-        .expect("tempdir");
-    let work = tmp.path().to_owned();
-    println!("work directory: {}", work.display());
-    // The API server audits bookend's requests: the RBAC scenario reads what it used.
-    let cluster = Cluster::start_with(
-        work.join("cluster"),
-        &[("E2E_AUDIT_USERS", &rbac::bookend_user())],
-    );
+/// The cluster every test here runs on: start-cluster.sh (with `cluster_env`), the chart
+/// installed with its webhooks pointed at this machine, bookend serving as the chart's
+/// ServiceAccount, namespaces team-a, team-b, team-c and examples/policies live.
+fn set_up(clock: &mut Clock, work: &Path, cluster_env: &[(&str, &str)]) -> Ctx {
+    let cluster = Cluster::start_with(work.join("cluster"), cluster_env);
     clock.done("etcd + kube-apiserver + Tekton CRDs (start-cluster.sh)");
 
     // The chart, as a user installs it, but with the webhooks pointed at this machine. Its
@@ -187,7 +177,7 @@ fn real_apiserver_calls_bookend() {
     // bookend authenticates as the chart's ServiceAccount: the chart's RBAC must suffice.
     let sa_kubeconfig = service_account_kubeconfig(&cluster, &work.join("bookend.kubeconfig"));
     let mut bookend = Bookend::start(
-        &work,
+        work,
         port,
         &certs.live("tls.crt"),
         &certs.live("tls.key"),
@@ -200,6 +190,11 @@ fn real_apiserver_calls_bookend() {
         cluster
             .kubectl(&["create", "namespace", ns])
             .expect_ok("create namespace");
+        // With the ServiceAccount admission plugin on, a Pod needs its ServiceAccount, and
+        // no kube-controller-manager creates `default` here.
+        cluster
+            .kubectl(&["create", "serviceaccount", "default", "--namespace", ns])
+            .expect_ok("create ServiceAccount default");
     }
     // Through policies.validate.bookend.dev, i.e. bookend.
     cluster
@@ -215,13 +210,38 @@ fn real_apiserver_calls_bookend() {
     });
     clock.done("namespaces, example policies, webhooks live");
 
-    let mut ctx = Ctx {
+    Ctx {
         bookend,
         cluster,
         certs,
-        work: work.clone(),
+        work: work.to_owned(),
         returned: Vec::new(),
-    };
+    }
+}
+
+#[test]
+fn real_apiserver_calls_bookend() {
+    let mut clock = Clock::new("e2e");
+    tools();
+    clock.done("tools (build-tools.sh)");
+
+    let tmp = tempfile::Builder::new()
+        .prefix("bookend-e2e-")
+        .tempdir()
+        .expect("tempdir");
+    let work = tmp.path().to_owned();
+    println!("work directory: {}", work.display());
+    // The API server audits bookend's requests: the RBAC scenario reads what it used. The
+    // ServiceAccount admission plugin is on, as on a real cluster: every Pod a scenario creates
+    // gets the token mount.
+    let mut ctx = set_up(
+        &mut clock,
+        &work,
+        &[
+            ("E2E_AUDIT_USERS", &rbac::bookend_user()),
+            ("E2E_SERVICE_ACCOUNT_ADMISSION", "1"),
+        ],
+    );
     type Scenario = fn(&mut Ctx) -> String;
     let scenarios: [(&str, Scenario); 29] = [
         (
@@ -364,4 +384,32 @@ fn real_apiserver_calls_bookend() {
         failed, 0,
         "{failed} e2e scenario(s) failed (see the summary above)"
     );
+}
+
+/// The ServiceAccount admission plugin on (start-cluster.sh `E2E_SERVICE_ACCOUNT_ADMISSION=1`),
+/// as on every real cluster: the token mount it adds to a TaskRun's Pod against the Pod
+/// backstop. Its own cluster, since the plugin refuses every Pod whose ServiceAccount is
+/// missing.
+#[test]
+fn service_account_token_mount() {
+    let mut clock = Clock::new("e2e service account token");
+    tools();
+    let tmp = tempfile::Builder::new()
+        .prefix("bookend-e2e-sa-")
+        .tempdir()
+        .expect("tempdir");
+    let mut ctx = set_up(
+        &mut clock,
+        tmp.path(),
+        &[("E2E_SERVICE_ACCOUNT_ADMISSION", "1")],
+    );
+    let (ok, line) = clock.scenario(
+        "the service account token mount: admitted on org containers, a Task volume of its name refused",
+        || scenario_service_account_token(&mut ctx),
+    );
+    println!("{line}");
+    if !ok {
+        println!("--- bookend log (tail)\n{}", tail(&ctx.bookend.log, 40));
+    }
+    assert!(ok, "{line}");
 }

@@ -13,15 +13,15 @@ use super::tasks::impersonate_tekton_controller;
 use super::{Ctx, TEAM_A};
 
 /// What Tekton's pod builder makes of the Task it runs for TaskRun `namespace/name` (containers
-/// step-<name>, the TaskRun's labels and the Task's annotations).
+/// step-<name>, the TaskRun's labels and the Task's annotations; no
+/// `automountServiceAccountToken`, which Tekton sets only from a podTemplate, so the API
+/// server's ServiceAccount plugin, where it is on, mounts the token).
 pub(super) fn taskrun_pod(namespace: &str, name: &str, uid: &str, resolved: &Value) -> Value {
     let volumes = resolved["spec"]["volumes"]
         .as_array()
         .cloned()
         .unwrap_or_default();
-    let mut spec =
-        crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap(), &volumes);
-    spec["automountServiceAccountToken"] = json!(false);
+    let spec = crate::tekton_pod::pod_spec(resolved["spec"]["steps"].as_array().unwrap(), &volumes);
     json!({
         "apiVersion": "v1",
         "kind": "Pod",
@@ -37,11 +37,9 @@ pub(super) fn taskrun_pod(namespace: &str, name: &str, uid: &str, resolved: &Val
     })
 }
 
-/// Issue 14: the Pod backstop. Tekton's controller is simulated (no controller runs here): it
-/// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
-/// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
-pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
-    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
+/// A TaskRun of a remote Task (git resolver) in team-a, admitted with bookend's marks alone
+/// (the steps go in at the resolution); returns its name and uid.
+fn create_remote_taskrun(ctx: &mut Ctx) -> (String, String) {
     let remote = json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "TaskRun",
@@ -54,7 +52,6 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         .cluster
         .create(&remote)
         .expect_ok("create a remote TaskRun");
-    // Admitted with bookend's marks alone: the steps go in at the resolution.
     let taskrun = created.json();
     assert_eq!(
         taskrun["metadata"]["labels"]["bookend.dev/verify"], "true",
@@ -62,15 +59,30 @@ pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
         taskrun["metadata"]
     );
     assert!(taskrun["spec"]["taskSpec"].is_null(), "{}", taskrun["spec"]);
-    let name = metadata_str(&taskrun, "name");
-    let uid = metadata_str(&taskrun, "uid");
-    let task = json!({
+    (
+        metadata_str(&taskrun, "name"),
+        metadata_str(&taskrun, "uid"),
+    )
+}
+
+/// The Task the resolver returns, which Tekton's controller dry-run-creates.
+fn resolved_task() -> Value {
+    json!({
         "apiVersion": "tekton.dev/v1",
         "kind": "Task",
         "metadata": {"generateName": "resolved-", "namespace": TEAM_A},
         "spec": {"steps": [{"name": "remote-build", "image": "docker.io/library/alpine:3.20",
                             "script": "echo remote"}]},
-    });
+    })
+}
+
+/// Issue 14: the Pod backstop. Tekton's controller is simulated (no controller runs here): it
+/// resolves a remote Task, dry-run-creates it (as the controller: bookend injects; as anyone
+/// else: the mutation does not happen, as in an outage) and creates the Pod from the result.
+pub(super) fn scenario_pod_backstop(ctx: &mut Ctx) -> String {
+    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
+    let (name, uid) = create_remote_taskrun(ctx);
+    let task = resolved_task();
     let pod_of = |resolved: &Value| taskrun_pod(TEAM_A, &name, &uid, resolved);
     // The mutation did not happen (an outage): the Pod lacks the steps and is refused.
     let bare = ctx
@@ -295,5 +307,117 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
         "the Pod Tekton would adopt by name refused ({}); its label refused later; the unlabelled squatter only makes the controller's Pod meet {}",
         first_line(&refused.stderr),
         first_line(&taken.stderr)
+    )
+}
+
+/// Where the ServiceAccount admission plugin mounts the token, in every container.
+const TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+/// Per container of a stored Pod, the volume mounted at `TOKEN_PATH`, if any.
+fn token_mounts(pod: &Value) -> Vec<(String, Option<String>)> {
+    let containers = ["initContainers", "containers"]
+        .into_iter()
+        .flat_map(|kind| pod["spec"][kind].as_array().cloned().unwrap_or_default());
+    containers
+        .map(|c| {
+            let volume = c["volumeMounts"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|m| m["mountPath"] == TOKEN_PATH)
+                .and_then(|m| m["name"].as_str().map(str::to_owned));
+            (c["name"].as_str().unwrap_or("").to_owned(), volume)
+        })
+        .collect()
+}
+
+/// On a cluster with the ServiceAccount admission plugin on (as every real cluster): it adds
+/// the token volume `kube-api-access-<random>` to a Pod and mounts it in every container, org
+/// step containers included, before the validating webhooks run. A TaskRun's Pod as Tekton
+/// builds it is admitted with that mount; a Task volume named `kube-api-access-…` (which the
+/// plugin takes as its own and mounts everywhere) is refused; `automountServiceAccountToken:
+/// false` (podTemplate) is admitted without the mount.
+pub(super) fn scenario_service_account_token(ctx: &mut Ctx) -> String {
+    let as_controller = impersonate_tekton_controller(&ctx.cluster, &["pods", "tasks"]);
+    let (name, uid) = create_remote_taskrun(ctx);
+    let injected = ctx
+        .cluster
+        .with_object(
+            &["create", "--dry-run=server", &as_controller],
+            &resolved_task(),
+        )
+        .expect_ok("dry-run the Task as the controller")
+        .json();
+    let tekton_pod = || taskrun_pod(TEAM_A, &name, &uid, &injected);
+    let org_containers = ["step-bookend-credentials", "step-bookend-sbom"];
+
+    let admitted = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &tekton_pod());
+    assert!(
+        admitted.ok(),
+        "the TaskRun's Pod with the plugin's token mount is admitted: {}",
+        admitted.stderr
+    );
+    let pod = admitted.json();
+    let mounts = token_mounts(&pod);
+    // The plugin really ran: every container, the org steps' too, mounts its volume.
+    for org in org_containers {
+        assert!(
+            mounts.iter().any(|(c, _)| c == org),
+            "the Pod has org container {org}: {mounts:?}"
+        );
+    }
+    let token_volume = mounts
+        .iter()
+        .find_map(|(_, v)| v.clone())
+        .unwrap_or_default();
+    assert!(
+        token_volume.starts_with("kube-api-access-")
+            && mounts
+                .iter()
+                .all(|(_, v)| v.as_deref() == Some(token_volume.as_str())),
+        "the plugin mounts kube-api-access-<random> in every container: {mounts:?}"
+    );
+
+    // The Task's own volume of the plugin's name: Tekton copies it into the Pod, the plugin
+    // takes it for the token volume and mounts the author's files at the token path in
+    // every container, org steps included.
+    let mut impostor = tekton_pod();
+    impostor["spec"]["volumes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "kube-api-access-abcde", "configMap": {"name": "author-token"}}));
+    let refused = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &impostor);
+    assert!(
+        !refused.ok()
+            && refused.stderr.contains("pods.validate.bookend.dev")
+            && refused.stderr.contains("\"kube-api-access-abcde\" at \"/var/run/secrets/kubernetes.io/serviceaccount\": the Task's volume \"kube-api-access-abcde\" is not the service account token")
+            && refused.stderr.contains("rename the Task's volume"),
+        "a Task volume named like the token's is refused, naming it and the fix: {} {}",
+        refused.stdout,
+        refused.stderr
+    );
+
+    // podTemplate automountServiceAccountToken: false: no token, admitted.
+    let mut no_token = tekton_pod();
+    no_token["spec"]["automountServiceAccountToken"] = json!(false);
+    let without = ctx
+        .cluster
+        .with_object(&["create", &as_controller], &no_token)
+        .expect_ok("the Pod with automountServiceAccountToken: false")
+        .json();
+    let without_mounts = token_mounts(&without);
+    assert!(
+        without_mounts.iter().all(|(_, v)| v.is_none()),
+        "no token mount without automount: {without_mounts:?}"
+    );
+    format!(
+        "the Pod as Tekton builds it admitted with {token_volume} at {TOKEN_PATH} in {} containers (org: {}); a Task volume kube-api-access-abcde refused ({}); automountServiceAccountToken: false admitted without it",
+        mounts.len(),
+        org_containers.join(", "),
+        first_line(&refused.stderr),
     )
 }
