@@ -858,7 +858,7 @@ fn validation_is_the_fail_closed_backstop() {
         "",
         &["v1"],
         &["CREATE", "UPDATE"],
-        &["pods", "pods/ephemeralcontainers"],
+        &["pods", "pods/ephemeralcontainers", "pods/status"],
     );
     excludes_system_namespaces(pods);
     assert!(
@@ -871,6 +871,9 @@ fn validation_is_the_fail_closed_backstop() {
         "'tekton.dev/taskRun' in oldObject.metadata.labels",
         "'app.kubernetes.io/managed-by' in object.metadata.labels",
         "object.metadata.name.matches('-pod(-retry[0-9]+)?$')",
+        // pods/status may change labels; kubelets' status updates must not wait for bookend.
+        "request.subResource != 'status'",
+        "object.metadata.labels != oldObject.metadata.labels",
     ] {
         assert!(conditions.contains(needed), "{needed}: {conditions}");
     }

@@ -11,7 +11,7 @@ use serde_json::Value;
 use super::Denial;
 use super::inject::StepKind;
 use crate::policy::Policy;
-use crate::policy::validate::clean_path;
+use crate::policy::validate::mount_point;
 use crate::tekton;
 
 /// Checks the composed `steps` of `task_spec` (whose own `steps` they replace; its other
@@ -90,7 +90,7 @@ pub fn check_steps_of(
             .enumerate()
         {
             let path = mount.get("mountPath").and_then(Value::as_str).unwrap_or("");
-            if let Some((ws, _)) = workspaces.iter().find(|(_, p)| *p == clean_path(path)) {
+            if let Some((ws, _)) = workspaces.iter().find(|(_, p)| *p == mount_point(path)) {
                 return Err(Denial::step(
                     policy,
                     &name,
@@ -186,7 +186,7 @@ fn declared_workspaces(task_spec: &Value) -> Vec<(String, String)> {
                 .get("mountPath")
                 .and_then(Value::as_str)
                 .filter(|p| !p.is_empty())
-                .map(clean_path)
+                .map(mount_point)
                 .unwrap_or_else(|| format!("/workspace/{name}"));
             Some((name, path))
         })

@@ -23,7 +23,7 @@ use super::canonical::equivalent;
 use super::lookup::Lookup;
 use super::record;
 use crate::patch;
-use crate::policy::validate::clean_path;
+use crate::policy::validate::mount_point;
 use crate::policy::{Policy, PostStepsRun, Settings, WorkspaceMounts};
 use crate::tekton::{self, ApiVersion, TaskRunView, merge};
 
@@ -547,7 +547,7 @@ impl OrgPaths {
             .flat_map(|p| p.pre_steps.iter().chain(&p.post_steps))
             .flat_map(|s| list(s.get("volumeMounts")))
             .filter_map(|m| m.get("mountPath").and_then(Value::as_str))
-            .map(clean_path)
+            .map(mount_point)
             .collect();
         Self {
             strict,
@@ -559,7 +559,7 @@ impl OrgPaths {
     /// Why the author's files at `path` (written out, no variables) would reach what an org
     /// step runs from or reads, with the fix; `None` where they may be.
     pub fn refusal(&self, path: &str) -> Option<String> {
-        let clean = clean_path(path);
+        let clean = mount_point(path);
         if let Some(strict) = &self.strict
             && !clean.starts_with("/workspace/")
         {
@@ -659,7 +659,7 @@ fn check_mounts(task_spec: &Value, user: &[Value], settings: &Settings) -> Resul
                     .get("mountPath")
                     .or_else(|| mount.get("devicePath"))
                     .and_then(Value::as_str)
-                    .map(clean_path)
+                    .map(mount_point)
                     .unwrap_or_default();
                 // Tekton's own volumes: its internal ones and each step's credential home
                 // (`tekton-creds-init-home-<i>`, which the step's entrypoint copies into $HOME).

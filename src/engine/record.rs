@@ -11,9 +11,22 @@ pub const ANNOTATION: &str = "bookend.dev/injected";
 /// did not write; it never reads it back.
 pub const PARAM: &str = "bookend-injected";
 
-/// Whether a param (of a TaskRun or a Task) is named [`PARAM`].
+/// Whether a param (of a TaskRun or a Task) is named [`PARAM`], as Tekton compares names.
 pub fn is_record_param(param: &serde_json::Value) -> bool {
-    param.get("name").and_then(serde_json::Value::as_str) == Some(PARAM)
+    param
+        .get("name")
+        .and_then(serde_json::Value::as_str)
+        .is_some_and(is_record_param_name)
+}
+
+/// Whether Tekton takes `name` for the record param's: it compares param names lower-cased
+/// (`validateNoDuplicateNames`, `strings.ToLower`, a simple per-rune mapping: the first of
+/// Rust's full mapping is the same for the letters of `bookend-injected`, `İ` and the Kelvin
+/// sign `K` included), so `Bookend-Injected` is the same param to Tekton and to bookend.
+fn is_record_param_name(name: &str) -> bool {
+    name.chars()
+        .map(|c| c.to_lowercase().next().unwrap_or(c))
+        .eq(PARAM.chars())
 }
 /// Label bookend sets beside the record, so that the post-run watch selects only the TaskRuns
 /// it injected into (a label selector: the API server filters, bookend caches nothing else).

@@ -1,8 +1,8 @@
 //! Breaker round 35: inputs that defeat the claims I11 (an org container sees nothing of the
 //! author's over its paths) and I12 (the Pod backstop judges a Pod by its controller
 //! ownerReference, and only Tekton's controller makes a Pod Tekton would take for a TaskRun's).
-//! Each test asserts what the claim requires; those that fail on the current code are ignored
-//! with `BREAK:` and the input that breaks it.
+//! Each test asserts what the claim requires; all four broke the code they were written
+//! against and pass since the fixes (docs/security.md, "Breaker round 35").
 
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -34,7 +34,6 @@ fn taskrun_pod(uid: &str) -> Value {
 /// TaskRun's reference when orphaning it) is the second case. Removing the reference (the
 /// garbage collector orphaning the Pod) stays admitted: the break is giving or changing one.
 #[test]
-#[ignore = "BREAK: a non-controller UPDATE re-pointing a TaskRun Pod's controller ownerReference at another TaskRun (new uid), or giving an orphaned one an owner, is admitted"]
 fn only_tektons_controller_changes_which_taskrun_controls_a_pod() {
     let update = |old: &Value, new: &Value| {
         check_pod_update(old, new, "", false, &Settings::default()).is_ok()
@@ -83,7 +82,6 @@ fn anywhere() -> Policy {
 /// `{name: <author volume>, mountPath: workspace/creds/token}` (or `workspace`) reaches the org
 /// container over (or hiding) its own Secret mount.
 #[test]
-#[ignore = "BREAK: a relative mountPath (workspace/creds/token, workspace) is not refused where its absolute form is (workspaceMounts: Anywhere)"]
 fn a_relative_mount_path_is_refused_where_its_absolute_form_is() {
     let policy = anywhere();
     let paths = OrgPaths::of(&[&policy]);
@@ -120,7 +118,6 @@ fn a_relative_mount_path_is_refused_where_its_absolute_form_is() {
 /// where the same change through `pods` is refused. Narrow: the namespace's `edit` and `admin`
 /// roles do not include `pods/status`.
 #[test]
-#[ignore = "BREAK: the Pod backstop's rules omit pods/status, through which labels (tekton.dev/taskRun, managed-by) change unchecked"]
 fn the_pod_backstop_sees_every_update_that_can_change_a_pods_labels() {
     let webhooks = include_str!("../../../deploy/base/webhooks.yaml");
     let backstop = serde_yaml_ng::Deserializer::from_str(webhooks)
@@ -148,7 +145,6 @@ fn the_pod_backstop_sees_every_update_that_can_change_a_pods_labels() {
 /// or a stepTemplate mount at the relative path. The absolute form is refused (sanity); the
 /// relative one, the same directory in the container, is admitted.
 #[test]
-#[ignore = "BREAK: the Pod backstop admits an author's volume at the relative mountPath workspace/creds over an org container's Secret mount (workspaceMounts: Anywhere)"]
 fn the_backstop_refuses_an_authors_mount_over_an_org_mount_written_relative() {
     use super::container::{PodFacts, check};
     let policy = anywhere();

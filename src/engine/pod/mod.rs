@@ -178,6 +178,23 @@ pub fn tekton_would_adopt(pod: &Value) -> bool {
             .is_some_and(|labels| labels.contains_key(MANAGED_BY_LABEL))
 }
 
+/// The TaskRun a Pod's controller ownerReference names (`kind`, `name`, `uid`), if any.
+fn taskrun_controller(pod: &Value) -> Option<(String, String, String)> {
+    let reference = pod
+        .pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)?
+        .iter()
+        .find(|r| r.get("controller") == Some(&Value::Bool(true)))?;
+    let text = |key: &str| {
+        reference
+            .get(key)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_owned()
+    };
+    (text("kind") == "TaskRun").then(|| (text("apiVersion"), text("name"), text("uid")))
+}
+
 /// Checks a Pod UPDATE (`subresource` empty) or an `ephemeralcontainers` UPDATE against the Pod
 /// before it. Only Tekton's controller (`by_controller`) may label a Pod as a TaskRun's (or as
 /// one Tekton would adopt by name, [`tekton_would_adopt`]); no one
@@ -207,6 +224,12 @@ pub fn check_pod_update(
             "only Tekton's controller labels a Pod as a TaskRun's (tekton.dev/taskRun {:?} -> {:?})",
             label(old),
             label(new)
+        ));
+    }
+    let (owner_before, owner_after) = (taskrun_controller(old), taskrun_controller(new));
+    if owner_after.is_some() && owner_after != owner_before && !by_controller {
+        return deny(format!(
+            "only Tekton's controller makes a TaskRun a Pod's controller (ownerReferences: {owner_before:?} -> {owner_after:?}): Tekton runs a Pod its TaskRun controls as that TaskRun's, so a Pod given to another TaskRun would run for it unchecked; create the TaskRun again and let Tekton make its Pod"
         ));
     }
     if tekton_would_adopt(new) && !tekton_would_adopt(old) && !by_controller {

@@ -1,7 +1,7 @@
 //! Breaker round 35: the record param `bookend-injected` is "exactly bookend's record".
 //! Tekton's own notion of a TaskRun param's identity is case-insensitive
 //! (`validateNoDuplicateNames`, used by `ValidateParameters` for `spec.params`, v0.62 to
-//! v1.15: `strings.ToLower`), bookend's is exact (`record::is_record_param`).
+//! v1.15: `strings.ToLower`); bookend's (`record::is_record_param`) was exact until this round.
 
 use super::*;
 
@@ -27,7 +27,6 @@ fn record_like(object: &Value) -> Vec<Value> {
 /// TaskRun ("expected exactly one, got both": spec.params) instead of bookend naming the field
 /// and the fix.
 #[test]
-#[ignore = "BREAK: a case variant of the record param (Bookend-Injected) is kept: forged into the provenance without a policy, a Tekton duplicate-name refusal with one"]
 fn a_case_variant_of_the_record_param_is_treated_as_the_record_param() {
     let forged = r#"{"policies":[{"policy":"ClusterStepPolicy/outer","steps":["build"]}]}"#;
     let mut object = build_taskrun();

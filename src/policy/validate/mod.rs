@@ -24,7 +24,7 @@ pub use injection::SHELLS;
 pub use limits::{MAX_SPEC_BYTES, MAX_STEPS, MAX_VOLUMES};
 pub use path::{Errors, FieldPath};
 pub use step::MAX_STEP_NAME;
-pub use syntax::{DurationError, clean_path, parse_go_duration};
+pub use syntax::{DurationError, clean_path, mount_point, parse_go_duration};
 
 /// Everything that can be checked on one policy spec without knowing its kind: every rule but
 /// the hazards of [`check_policy`], which callers that know the policy's id should use instead.

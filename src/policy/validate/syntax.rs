@@ -84,6 +84,18 @@ pub fn clean_path(path: &str) -> String {
     }
 }
 
+/// Where a container mount at `path` lands: `clean_path` of it rooted at `/`. The API server
+/// and Tekton take a relative `mountPath` as written, and the kubelet makes it absolute by
+/// putting `/` in front (`makeAbsolutePath` in its `makeMounts`), so `workspace/creds` is
+/// `/workspace/creds`.
+pub fn mount_point(path: &str) -> String {
+    if path.starts_with('/') {
+        clean_path(path)
+    } else {
+        clean_path(&format!("/{path}"))
+    }
+}
+
 /// The text inside each `$(…)` of `s`, up to the first `)`: Tekton's variables
 /// (`params.url`, `params["a.b"]`, `steps.x.results.y`), and a shell's command substitutions
 /// (`cat f`) alike; callers tell them apart by prefix.
@@ -149,6 +161,15 @@ mod tests {
         assert_eq!(clean_path("/../x"), "/x");
         assert_eq!(clean_path("a/.."), ".");
         assert_eq!(clean_path("a//b"), "a/b");
+    }
+
+    #[test]
+    fn mount_points_are_rooted_as_the_kubelet_roots_them() {
+        assert_eq!(mount_point("workspace/creds/"), "/workspace/creds");
+        assert_eq!(mount_point("./workspace"), "/workspace");
+        assert_eq!(mount_point("."), "/");
+        assert_eq!(mount_point("../bin"), "/bin");
+        assert_eq!(mount_point("/tekton//home"), "/tekton/home");
     }
 
     #[test]

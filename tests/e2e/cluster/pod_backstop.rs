@@ -257,6 +257,25 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
         relabel.stdout,
         relabel.stderr
     );
+    // The same label through `pods/status`, which may change labels too (the API server's
+    // status strategy keeps only the spec and the ownerReferences): refused as well.
+    let status_label = ctx.cluster.kubectl(&[
+        "patch",
+        "pod",
+        &pod_name,
+        "-n",
+        TEAM_A,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"metadata":{"labels":{"app.kubernetes.io/managed-by":"tekton-pipelines"}}}"#,
+    ]);
+    assert!(
+        !status_label.ok() && status_label.stderr.contains("pods.validate.bookend.dev"),
+        "labelling the Pod through pods/status: {}{}",
+        status_label.stdout,
+        status_label.stderr
+    );
     // The TaskRun, admitted with its org steps.
     let taskrun = ctx
         .cluster
@@ -304,7 +323,7 @@ pub(super) fn scenario_pod_taken_by_name(ctx: &mut Ctx) -> String {
         kept["metadata"]
     );
     format!(
-        "the Pod Tekton would adopt by name refused ({}); its label refused later; the unlabelled squatter only makes the controller's Pod meet {}",
+        "the Pod Tekton would adopt by name refused ({}); its label refused later, through pods and pods/status; the unlabelled squatter only makes the controller's Pod meet {}",
         first_line(&refused.stderr),
         first_line(&taken.stderr)
     )
