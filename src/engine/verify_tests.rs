@@ -176,11 +176,10 @@ fn every_org_step_completed_passes_with_durations() {
     );
 }
 
-#[test]
-fn a_failing_user_step_with_always_post_steps_passes_and_the_taskrun_failed() {
-    let set = policies(POLICIES);
-    let object = admitted(&set);
-    let steps = vec![
+/// The steps of `POLICIES`' TaskRun whose user step `build` failed (exit 3, continued under
+/// Always): the OnSuccess post-step skipped, the Always post-step ran, the verdict failed it.
+fn failed_build_always_post_ran() -> Vec<Value> {
+    vec![
         completed("bookend-setup"),
         completed("bookend-gate-1"),
         state("build", 3, "Completed", "Continued", 1),
@@ -188,7 +187,14 @@ fn a_failing_user_step_with_always_post_steps_passes_and_the_taskrun_failed() {
         skipped("bookend-notify"),
         completed("bookend-sbom-upload"),
         state("bookend-verdict", 1, "Error", "", 0),
-    ];
+    ]
+}
+
+#[test]
+fn a_failing_user_step_with_always_post_steps_passes_and_the_taskrun_failed() {
+    let set = policies(POLICIES);
+    let object = admitted(&set);
+    let steps = failed_build_always_post_ran();
     let v = verified(&set, &finish(object, false, "StepFailed", steps));
     assert!(!v.succeeded);
     let sbom = policy(&v, "ClusterStepPolicy/sbom");
@@ -279,15 +285,7 @@ fn every_attempt_that_ran_the_org_steps_passes() {
     let set = policies(POLICIES);
     let object = admitted(&set);
     // The author's step failed on the first attempt and the Always post-step still ran.
-    let failed = vec![
-        completed("bookend-setup"),
-        completed("bookend-gate-1"),
-        state("build", 3, "Completed", "Continued", 1),
-        completed("bookend-gate-2"),
-        skipped("bookend-notify"),
-        completed("bookend-sbom-upload"),
-        state("bookend-verdict", 1, "Error", "", 0),
-    ];
+    let failed = failed_build_always_post_ran();
     let first = finish(object.clone(), false, "Failed", failed);
     let all: Vec<Value> = names(&object).iter().map(|n| completed(n)).collect();
     let last = finish(object, true, "Succeeded", all);
