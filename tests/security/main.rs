@@ -16,9 +16,9 @@ mod cost;
 mod invariant;
 mod marks;
 mod oracle;
-mod provenance_record;
 mod pod_backstop;
 mod pods;
+mod provenance_record;
 mod tenants;
 
 use bookend::engine::{self, Catalog, Decision, Request};
