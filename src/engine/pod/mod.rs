@@ -598,13 +598,20 @@ fn check_remote(
                 "{name} uses the reserved prefix among the TaskRun's own steps"
             ));
         }
-        let mut step = match name.strip_prefix("step-") {
+        // Tekton cuts a long step name to 63 characters in the container's; the verdict reads
+        // the step's directory by its full name.
+        let full = checked_by_verdict
+            .iter()
+            .find(|c| c.starts_with("step-") && tekton::restrict_length(c) == name)
+            .copied()
+            .unwrap_or(name);
+        let mut step = match full.strip_prefix("step-") {
             Some(n) if !n.starts_with("unnamed-") => json!({"name": n}),
             _ => json!({}),
         };
         let bookends_continue = checked_by_verdict
             .iter()
-            .any(|c| *c == name || *c == i.to_string());
+            .any(|c| *c == full || *c == i.to_string());
         if !bookends_continue
             && let Some(on_error) = container::entrypoint_flag(container, "-on_error")
         {
@@ -1259,6 +1266,24 @@ spec:
             {"name": "lint", "image": "golang", "command": ["lint"], "onError": "continue"},
             {"name": "build", "image": "golang", "command": ["go", "build"]}]}}));
         assert_eq!(check(&pod, &taskrun), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_remote_tasks_step_whose_container_name_tekton_cut_is_the_authors() {
+        // A step name of 63 characters: Tekton cuts `step-<name>` to 63 in the container's
+        // name, bookend's verdict reads the step's directory by its full name.
+        let long = "b".repeat(63);
+        let (_, mut pod) = admitted(
+            json!({"taskSpec": {"steps": [{"name": long, "image": "golang", "command": ["go"]}]}}),
+        );
+        for c in pod["spec"]["containers"].as_array_mut().unwrap() {
+            let cut = tekton::restrict_length(name_of(c));
+            c["name"] = json!(cut);
+        }
+        let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"taskRef": {"resolver": "git"}}});
+        assert_eq!(check(&pod, &remote), Ok(Vec::new()));
     }
 
     #[test]
