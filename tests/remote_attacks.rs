@@ -185,7 +185,8 @@ fn baseline_pod_backstop() {
 /// No policy is `Always`, yet `check_shape` read every org container "with bookend's Always
 /// changes" (`with_always_changes`), unconditionally: an org pre-step altered to
 /// `onError: continue` (a failing org check no longer stops the author's steps) was admitted.
-/// Now those changes are bookend's only under an `Always` policy.
+/// Now the Pod is compared one for one with bookend's composition of the Task's own steps,
+/// which makes those changes only under an `Always` policy.
 #[test]
 fn break_pod_backstop_accepts_on_error_continue_on_org_pre_step() {
     let set = set();

@@ -18,7 +18,7 @@
 //! `tests/security/pod_backstop.proptest-regressions`.
 
 use bookend::engine::pod::check_pod;
-use bookend::engine::{Catalog, Outcome, Request, decide_resolved_task};
+use bookend::engine::{Catalog, Decision, Outcome, Request, decide_resolved_task};
 use bookend::policy::load::policy_set_from_yaml;
 use bookend::policy::validate::clean_path as clean;
 use bookend::policy::{PolicySet, Settings};
@@ -258,6 +258,11 @@ fn remote_taskrun(set: &PolicySet, catalog: &Catalog, namespace: &str) -> Value 
 }
 
 fn dry_run(set: &PolicySet, catalog: &Catalog, namespace: &str, spec: &Value) -> Outcome {
+    dry_run_decision(set, catalog, namespace, spec).outcome
+}
+
+/// bookend's dry-run mutation of the Task with `spec`.
+fn dry_run_decision(set: &PolicySet, catalog: &Catalog, namespace: &str, spec: &Value) -> Decision {
     let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
                       "metadata": {"name": "build", "namespace": namespace}, "spec": spec});
     decide_resolved_task(
@@ -269,7 +274,6 @@ fn dry_run(set: &PolicySet, catalog: &Catalog, namespace: &str, spec: &Value) ->
         set,
         catalog,
     )
-    .outcome
 }
 
 /// The author's Task: the org steps as bookend's dry-run writes them around the author's step,
@@ -552,6 +556,17 @@ fn violation(pod: &Value, namespace: &str) -> Option<String> {
     None
 }
 
+/// `cases()` cases, failing seeds kept in this file's regressions.
+fn config() -> Config {
+    Config {
+        cases: cases(),
+        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
+            "tests/security/pod_backstop.proptest-regressions",
+        ))),
+        ..Config::default()
+    }
+}
+
 #[test]
 fn no_pod_the_backstop_admits_gives_an_org_container_the_authors_files() {
     let (set, catalog) = (set(), catalog());
@@ -559,13 +574,7 @@ fn no_pod_the_backstop_admits_gives_an_org_container_the_authors_files() {
         .into_iter()
         .map(|ns| (ns, remote_taskrun(&set, &catalog, ns)))
         .collect();
-    let config = Config {
-        cases: cases(),
-        failure_persistence: Some(Box::new(FileFailurePersistence::Direct(
-            "tests/security/pod_backstop.proptest-regressions",
-        ))),
-        ..Config::default()
-    };
+    let config = config();
     let seen = std::cell::RefCell::new([0usize; 4]);
     proptest!(config, |(case in case())| {
         let spec = task_spec(&set, &catalog, &case);
@@ -612,6 +621,236 @@ fn no_pod_the_backstop_admits_gives_an_org_container_the_authors_files() {
     );
     assert!(
         seen[0] > 0 && seen[3] > 0,
+        "the generator reaches both answers: {seen:?}"
+    );
+}
+
+// Invariant I11a (docs/security.md): under a `postStepsRun: Always` policy, whatever the
+// backstop admits of a remote Task's Pod (the dry-run mutation skipped) has bookend's exact
+// Always machinery: its step containers are the Pod of what the dry-run mutation writes for
+// the Task's own steps (the `onError: continue` on each step before the last Always
+// post-step, each gate and the conditions on it, the verdict). The hostile Tasks start from
+// bookend's own composition and change `onError`, gate conditions, the helpers (forged gates
+// that always write false, verdicts that check a step that does not exist), their places, and
+// the org steps' order.
+
+const ALWAYS: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  match: {namespaces: ["team-a"]}
+  postStepsRun: Always
+  preSteps:
+  - {name: bookend-scan, image: registry.example/scan:1, command: [/scan]}
+  - {name: bookend-creds, image: registry.example/creds:1, command: [/creds]}
+  postSteps:
+  - {name: bookend-sbom, image: registry.example/syft:1, command: [/syft], args: [dir:/workspace]}
+  - {name: bookend-attest, image: registry.example/attest:1, command: [/attest]}
+"#;
+
+/// One change to a step list.
+#[derive(Clone, Debug)]
+enum Change {
+    OnError(usize, Option<&'static str>),
+    GateWhen(usize, usize),
+    DropWhens(usize),
+    Remove(usize),
+    Move(usize, usize),
+    /// A gate (its previous gate's index, if any, and the indices it reads) or, with `None`,
+    /// a verdict, inserted at an index under the name of an existing helper or a new one.
+    Helper(usize, Option<Option<usize>>, Vec<usize>),
+}
+
+fn change() -> impl Strategy<Value = Change> {
+    let at = 0usize..12;
+    let on_error = prop_oneof![
+        Just(None),
+        Just(Some("continue")),
+        Just(Some("stopAndFail"))
+    ];
+    prop_oneof![
+        (at.clone(), on_error).prop_map(|(i, v)| Change::OnError(i, v)),
+        (at.clone(), 1usize..4).prop_map(|(i, g)| Change::GateWhen(i, g)),
+        at.clone().prop_map(Change::DropWhens),
+        at.clone().prop_map(Change::Remove),
+        (at.clone(), at.clone()).prop_map(|(a, b)| Change::Move(a, b)),
+        (
+            at,
+            prop_oneof![Just(None), prop::option::of(0usize..12).prop_map(Some)],
+            prop::collection::vec(0usize..12, 0..3),
+        )
+            .prop_map(|(i, kind, reads)| Change::Helper(i, kind, reads)),
+    ]
+}
+
+fn apply(steps: &mut Vec<Value>, change: &Change, settings: &Settings) {
+    use bookend::engine::inject::{Checked, Helper, helper_step};
+    let n = steps.len();
+    if n == 0 {
+        return;
+    }
+    match change {
+        Change::OnError(i, v) => {
+            let step = steps[i % n].as_object_mut().unwrap();
+            match v {
+                Some(v) => step.insert("onError".to_owned(), json!(v)),
+                None => step.remove("onError"),
+            };
+        }
+        Change::GateWhen(i, g) => {
+            let when = json!({"input": format!("$(steps.bookend-gate-{g}.results.ok)"),
+                              "operator": "in", "values": ["true"]});
+            let step = &mut steps[i % n];
+            match step.get_mut("when").and_then(Value::as_array_mut) {
+                Some(whens) => whens.push(when),
+                None => step["when"] = json!([when]),
+            }
+        }
+        Change::DropWhens(i) => {
+            steps[i % n].as_object_mut().unwrap().remove("when");
+        }
+        Change::Remove(i) => {
+            steps.remove(i % n);
+        }
+        Change::Move(a, b) => {
+            let step = steps.remove(a % n);
+            steps.insert(b % n, step);
+        }
+        Change::Helper(at, kind, reads) => {
+            let checks: Vec<Checked> = reads
+                .iter()
+                .map(|&index| Checked {
+                    index,
+                    container: steps
+                        .get(index)
+                        .and_then(|s| s["name"].as_str())
+                        .map_or(format!("step-unnamed-{index}"), |s| format!("step-{s}")),
+                })
+                .collect();
+            let (name, spec) = match kind {
+                None => (settings.verdict_name(), Helper::Verdict { checks }),
+                Some(previous) => (
+                    settings.gate_name(1 + at % 3),
+                    Helper::Gate {
+                        previous: previous.map(|p| (p, settings.gate_name(1 + p % 3))),
+                        checks,
+                    },
+                ),
+            };
+            // Kubernetes refuses two containers of one name: the forged helper replaces it.
+            steps.retain(|s| s["name"] != name.as_str());
+            let at = at % (steps.len() + 1);
+            steps.insert(at, helper_step(settings, &name, &spec));
+        }
+    }
+}
+
+/// The author's steps (with their `onError` and own conditions, bookend's gate conditions
+/// taken off), plus any the generator named: `u0`, `u1`, `u2`.
+fn user_steps() -> impl Strategy<Value = Vec<Value>> {
+    let on_error = prop_oneof![
+        3 => Just(None),
+        1 => Just(Some("continue")),
+        1 => Just(Some("stopAndFail")),
+    ];
+    prop::collection::vec(on_error, 1..4).prop_map(|errors| {
+        errors
+            .into_iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let mut step =
+                    json!({"name": format!("u{i}"), "image": "golang", "command": ["go", "build"]});
+                if let Some(e) = e {
+                    step["onError"] = json!(e);
+                }
+                step
+            })
+            .collect()
+    })
+}
+
+/// The Task's steps as bookend's dry-run mutation writes them around `user`.
+fn dry_run_steps(set: &PolicySet, user: &[Value]) -> Option<Vec<Value>> {
+    let d = dry_run_decision(set, &Catalog::default(), "team-a", &json!({"steps": user}));
+    (d.outcome != Outcome::Denied).then(|| d.object["spec"]["steps"].as_array().unwrap().clone())
+}
+
+fn pod_of(steps: &[Value]) -> Value {
+    json!({"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": "run-1-pod", "namespace": "team-a", "labels": {"tekton.dev/taskRun": "run-1"}},
+           "spec": tekton_pod::pod_spec(steps, &[])})
+}
+
+#[test]
+fn under_always_the_backstop_admits_only_bookends_always_machinery() {
+    let loaded = policy_set_from_yaml("always.yaml", ALWAYS, Settings::default());
+    assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+    let set = loaded.set;
+    let settings = Settings::default();
+    let catalog = Catalog::default();
+    let taskrun = remote_taskrun(&set, &catalog, "team-a");
+    let config = config();
+    let seen = std::cell::RefCell::new([0usize; 2]);
+    proptest!(config, |(user in user_steps(), changes in prop::collection::vec(change(), 0..4))| {
+        let Some(composed) = dry_run_steps(&set, &user) else {
+            return Ok(());
+        };
+        // bookend's own composition is admitted.
+        prop_assert_eq!(check_pod(&pod_of(&composed), &taskrun, &set, &catalog), Ok(Vec::new()));
+        let mut steps = composed;
+        for c in &changes {
+            apply(&mut steps, c, &settings);
+        }
+        let pod = pod_of(&steps);
+        let answer = check_pod(&pod, &taskrun, &set, &catalog);
+        seen.borrow_mut()[usize::from(answer.is_err())] += 1;
+        match &answer {
+            Ok(_) => {
+                // Some Task of the author's, the Pod's own steps with or without each one's
+                // `onError` (bookend's `continue` cannot be told from the author's), for which
+                // the dry-run writes exactly this Pod.
+                let own: Vec<Value> = steps
+                    .iter()
+                    .filter(|s| !s["name"].as_str().unwrap_or("").starts_with("bookend-"))
+                    .map(|s| {
+                        let mut s = s.clone();
+                        s.as_object_mut().unwrap().remove("when");
+                        s
+                    })
+                    .collect();
+                // Tekton refuses a Task without steps (and the dry-run one it never sends):
+                // its Pod, org machinery alone, is bookend's composition of nothing.
+                if own.is_empty() {
+                    return Ok(());
+                }
+                let bookends = (0..1usize << own.len()).any(|without| {
+                    let task: Vec<Value> = own
+                        .iter()
+                        .enumerate()
+                        .map(|(i, s)| {
+                            let mut s = s.clone();
+                            if without & (1 << i) != 0 {
+                                s.as_object_mut().unwrap().remove("onError");
+                            }
+                            s
+                        })
+                        .collect();
+                    dry_run_steps(&set, &task)
+                        .is_some_and(|s| pod_of(&s)["spec"]["containers"] == pod["spec"]["containers"])
+                });
+                prop_assert!(bookends, "admitted a Pod that is not bookend's composition of any Task: {:?}\n{}", changes, pod);
+            }
+            Err(denial) => prop_assert!(
+                denial.message.contains("container") || denial.message.contains("lacks the step"),
+                "a refusal names the container: {}", denial.message
+            ),
+        }
+    });
+    let seen = seen.into_inner();
+    eprintln!("Always Pods: {} admitted, {} refused", seen[0], seen[1]);
+    assert!(
+        seen[0] > 0 && seen[1] > 0,
         "the generator reaches both answers: {seen:?}"
     );
 }

@@ -1,7 +1,8 @@
 //! Breaker round 34: inputs that defeat the Pod backstop's claim "each org step is a container
 //! in the Pod exactly as bookend would inject it, `postStepsRun: Always` semantics included".
-//! Each test asserts what the claim requires; those that fail on the current code are ignored
-//! with `BREAK:` and the input that breaks it.
+//! Each test asserts what the claim requires; those that failed are ignored with `BREAK:` and
+//! the input that breaks it until fixed (the remote-Task `Always` ones: the Pod of a remote Task
+//! is now compared one for one with bookend's composition of its own steps).
 
 use serde_json::{Value, json};
 
@@ -101,7 +102,6 @@ fn bookends_own_composition_passes_as_a_remote_tasks_pod() {
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: an org pre-step made `onError: continue` with no gate and no verdict is admitted, so its failure no longer stops the author's steps nor fails the TaskRun"]
 fn a_pre_step_whose_failure_nothing_reads_is_refused() {
     // The author's resolved Task (the dry-run mutation skipped): bookend's `continue` on the
     // pre-step, but neither the gate that keeps `build` from running after a failed scan nor
@@ -122,7 +122,6 @@ fn a_pre_step_whose_failure_nothing_reads_is_refused() {
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: a gate-shaped step that always writes false, and a condition on it on every org step, is admitted, so no org step runs (the Always post-step included)"]
 fn org_steps_conditional_on_a_gate_that_always_says_false_are_refused() {
     let steps = composed();
     let when = json!([gate_when("bookend-gate-1")]);
@@ -144,7 +143,6 @@ fn org_steps_conditional_on_a_gate_that_always_says_false_are_refused() {
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: the Always post-step conditional on a gate (bookend never gates an Always post-step) is admitted: the post-step is skipped whenever the author's step fails"]
 fn an_always_post_step_carries_no_gate_condition() {
     // bookend's own composition, with one change: its gate's condition also on the Always
     // post-step, so a failed `build` skips `bookend-sbom` (and the verdict still fails the
@@ -163,7 +161,6 @@ fn an_always_post_step_carries_no_gate_condition() {
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: the last Always post-step made `onError: continue` is admitted: its failure no longer fails the TaskRun"]
 fn the_last_always_post_step_keeps_stop_and_fail() {
     let mut steps = composed();
     let sbom = steps
@@ -218,7 +215,6 @@ fn a_policy_updated_after_admission_does_not_refuse_the_pod_of_a_taskrun_it_admi
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: the org steps exactly as defined but none of bookend's Always changes (the author's step stays stopAndFail, no gate, no verdict) is admitted: a failing author step stops the chain and the Always post-step never runs"]
 fn a_remote_tasks_pod_under_always_carries_bookends_always_changes() {
     let set = set();
     let def = |name: &str| {
@@ -244,7 +240,6 @@ fn a_remote_tasks_pod_under_always_carries_bookends_always_changes() {
 }
 
 #[test]
-#[ignore = "BREAK: remote Task under an Always policy: a verdict-shaped helper (checking a step that does not exist, so it exits 1) placed before the Always post-step is admitted as bookend's: it stops the chain and the Always post-step never runs"]
 fn a_helper_that_stops_the_chain_before_the_always_post_step_is_refused() {
     let mut steps = composed();
     let sbom = steps
@@ -272,7 +267,6 @@ fn a_helper_that_stops_the_chain_before_the_always_post_step_is_refused() {
 }
 
 #[test]
-#[ignore = "LIMIT of the Pod check (the attack is closed at the dry-run, which now refuses a variable onError under an Always policy): a Pod built from a Task that kept `onError: $(params.mode)` (as the dry-run wrote it before; Tekton substitutes the TaskRun's stopAndFail) is admitted: for a resolved Task the Pod check does not check bookend's Always changes; post-run verification fails it"]
 fn a_param_the_taskrun_sets_after_the_dry_run_does_not_take_always_away() {
     let set = set();
     // The author's Task, as the resolver returns it and Tekton's controller dry-run-creates it.

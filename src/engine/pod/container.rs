@@ -104,6 +104,18 @@ pub struct PodFacts<'a> {
     pub prefix: &'a str,
 }
 
+/// The value of the entrypoint flag `name` in `container`'s args (before `--`), as Tekton
+/// passes a step's fields to its entrypoint (`-on_error`, `--when_expressions`).
+pub fn entrypoint_flag<'c>(container: &'c Value, name: &str) -> Option<&'c str> {
+    let args = strings(container.get("args"));
+    let flags = &args[..args.iter().position(|a| *a == "--").unwrap_or(args.len())];
+    flags
+        .iter()
+        .position(|a| *a == name)
+        .and_then(|i| flags.get(i + 1))
+        .copied()
+}
+
 /// Checks `container` (a Pod container) against `step`, the step bookend composed for it (its
 /// policy's definition, v1 field names, with bookend's `Always` changes).
 pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), Difference> {

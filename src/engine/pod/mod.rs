@@ -15,9 +15,10 @@
 //! bookend composes for them (recognised as for admission: the org's pre-steps first, its
 //! post-steps last, its gates and verdict, each org container exactly as its policy defines it
 //! modulo Tekton's transformations); where it does not (a remote Task, whose resolved spec
-//! Tekton stores only after the Pod exists), the org containers must stand first and last, in
-//! policy order, each as its policy defines it but for bookend's `Always` changes, and
-//! bookend's helpers must be bookend's.
+//! Tekton stores only after the Pod exists), the Pod's other containers are the Task's own
+//! steps and the Pod must be, one for one, what the dry-run mutation's composition writes for
+//! them: the org containers in place, exactly bookend's gates and verdict, and the author's
+//! containers' `onError` and gate conditions as bookend sets them under `postStepsRun: Always`.
 
 pub mod container;
 
@@ -36,7 +37,7 @@ use super::isolate::OrgPaths;
 use super::lookup::Lookup;
 use super::recognise::recognise;
 use super::{Denial, SubjectFacts, hermetic};
-use crate::policy::{Mode, Policy, PolicySet, PostStepsRun, Settings, TaskRefPolicy};
+use crate::policy::{Mode, Policy, PolicySet, Settings, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 use container::{Difference, PodFacts};
 
@@ -358,7 +359,7 @@ fn check_containers(
     };
     match view.task_spec().filter(|t| t.is_object()) {
         Some(task_spec) => check_composed(&steps, task_spec, view, policies, settings, &facts),
-        None => check_shape(&steps, policies, settings, &facts),
+        None => check_remote(&steps, policies, settings, &facts),
     }
 }
 
@@ -577,13 +578,101 @@ fn check_composed(
         )
     })?;
     let composed = inject::compose(recognised.user, policies, settings, ApiVersion::V1, &params);
+    // The author's containers are Tekton's build of the TaskRun's own (admitted) steps.
+    check_against(steps, &composed, policies, settings, facts, false)?;
+    Ok(Vec::new())
+}
+
+/// Without the TaskRun's steps (a remote Task, whose dry-run mutation may have been skipped):
+/// the Pod's containers that are not the org's are the author's steps, and the Pod must be, one
+/// for one, what bookend's composition of those steps writes (the dry-run's own `compose`):
+/// the org containers in place, each gate and the verdict, and the author's containers'
+/// `onError` and gate conditions. Which author steps bookend set to `continue` (the one thing a
+/// container cannot tell) is read from the Pod's verdict; the composition decides whether that
+/// reading is bookend's.
+fn check_remote(
+    steps: &[&Value],
+    policies: &[&Policy],
+    settings: &Settings,
+    facts: &PodFacts<'_>,
+) -> Result<Vec<String>, String> {
+    let prefix = format!("step-{}", settings.prefix);
+    let org: BTreeSet<String> = policies
+        .iter()
+        .flat_map(|p| p.step_names())
+        .map(|step| tekton::restrict_length(&container_of(step)))
+        .collect();
+    let is_helper = |name: &str| {
+        name.strip_prefix("step-")
+            .is_some_and(|n| settings.is_helper_name(n))
+    };
+    let verdict = container_of(&settings.verdict_name());
+    let checked_by_verdict: Vec<&str> = steps
+        .iter()
+        .filter(|c| name_of(c) == verdict)
+        .flat_map(|c| verdict_reads(c))
+        .collect();
+    let mut user = Vec::new();
+    for (i, container) in steps.iter().enumerate() {
+        let name = name_of(container);
+        if org.contains(name) || is_helper(name) {
+            continue;
+        }
+        if name.starts_with(&prefix) {
+            return Err(format!(
+                "{name} uses the reserved prefix among the TaskRun's own steps"
+            ));
+        }
+        // Tekton cuts a long step name to 63 characters in the container's; the verdict reads
+        // the step's directory by its full name.
+        let full = checked_by_verdict
+            .iter()
+            .find(|c| c.starts_with("step-") && tekton::restrict_length(c) == name)
+            .copied()
+            .unwrap_or(name);
+        let mut step = match full.strip_prefix("step-") {
+            Some(n) if !n.starts_with("unnamed-") => json!({"name": n}),
+            _ => json!({}),
+        };
+        let bookends_continue = checked_by_verdict
+            .iter()
+            .any(|c| *c == full || *c == i.to_string());
+        if !bookends_continue
+            && let Some(on_error) = container::entrypoint_flag(container, "-on_error")
+        {
+            step["onError"] = json!(on_error);
+        }
+        user.push(step);
+    }
+    let no_params = ParamValues {
+        run_params: &[],
+        spec_params: &[],
+    };
+    let composed = inject::compose(user, policies, settings, ApiVersion::V1, &no_params);
+    check_against(steps, &composed, policies, settings, facts, true)?;
+    Ok(Vec::new())
+}
+
+/// Compares the Pod's step containers, one for one, with `composed`: names in place, each org
+/// container and helper as bookend writes it (a helper in any form a release wrote, so a
+/// rolling upgrade keeps working), and with `authors_on_error`, the author's containers'
+/// `-on_error` and gate conditions as the composition sets them.
+fn check_against(
+    steps: &[&Value],
+    composed: &inject::Composed,
+    policies: &[&Policy],
+    settings: &Settings,
+    facts: &PodFacts<'_>,
+    authors_on_error: bool,
+) -> Result<(), String> {
     if steps.len() != composed.steps.len() {
         return Err(format!(
-            "it has {} step containers where the TaskRun has {} steps",
+            "it has {} step containers where bookend's composition has {} steps",
             steps.len(),
             composed.steps.len()
         ));
     }
+    let mut helpers = composed.helpers.iter().zip(&composed.checks);
     for (i, ((container, step), kind)) in steps
         .iter()
         .zip(&composed.steps)
@@ -597,267 +686,108 @@ fn check_composed(
                 name_of(container)
             ));
         }
-        let owner = match kind {
+        let (owner, earlier) = match kind {
+            StepKind::User(_) if authors_on_error => {
+                check_authors_container(container, step, settings)?;
+                continue;
+            }
             StepKind::User(_) => continue,
-            StepKind::Pre(p) | StepKind::Post(p) => policies[*p].id.to_string(),
-            StepKind::Gate | StepKind::Verdict => "bookend (postStepsRun: Always)".to_owned(),
+            StepKind::Pre(p) | StepKind::Post(p) => (policies[*p].id.to_string(), Vec::new()),
+            StepKind::Gate | StepKind::Verdict => {
+                let (name, spec) = helpers
+                    .next()
+                    .expect("the composition lists each of its helpers");
+                (
+                    "bookend (postStepsRun: Always)".to_owned(),
+                    inject::earlier_helper_steps(settings, name, spec).to_vec(),
+                )
+            }
         };
         // A StepAction's content is resolved at reconcile time from the platform's pinned
         // source (policies refuse any other): its position and name are checked.
         if step.get("ref").is_some_and(|r| !r.is_null()) {
             continue;
         }
-        let earlier = matches!(kind, StepKind::Gate | StepKind::Verdict).then(|| {
-            let mut bare = step.clone();
-            if let Some(o) = bare.as_object_mut() {
-                o.remove("securityContext");
-            }
-            bare
-        });
         if let Err(d) = container::check(container, step, facts) {
-            // A helper an earlier release wrote (without a securityContext) is bookend's too.
+            // A helper an earlier release wrote is bookend's too.
             if earlier
-                .as_ref()
-                .is_some_and(|e| container::check(container, e, facts).is_ok())
+                .iter()
+                .any(|e| container::check(container, e, facts).is_ok())
             {
                 continue;
             }
             return Err(explain(name_of(container), &owner, d));
         }
     }
-    Ok(Vec::new())
+    Ok(())
 }
 
-/// Without the TaskRun's steps: the org containers first and last, in policy order, each as its
-/// policy defines it but for bookend's `Always` changes; the helpers bookend's.
-fn check_shape(
-    steps: &[&Value],
-    policies: &[&Policy],
+/// The author's container carries the `onError` and the gate conditions bookend's composition
+/// gives its step: under `postStepsRun: Always`, `continue` (so a failure reaches the Always
+/// post-steps) and the gate that holds it back after a failed org step.
+fn check_authors_container(
+    container: &Value,
+    step: &Value,
     settings: &Settings,
-    facts: &PodFacts<'_>,
-) -> Result<Vec<String>, String> {
-    let prefix = format!("step-{}", settings.prefix);
-    let pre: Vec<(&Policy, &Value)> = policies
-        .iter()
-        .flat_map(|p| p.pre_steps.iter().map(move |s| (*p, s)))
-        .collect();
-    let post: Vec<(&Policy, &Value)> = policies
-        .iter()
-        .rev()
-        .flat_map(|p| p.post_steps.iter().map(move |s| (*p, s)))
-        .collect();
-    let helper = |c: &Value| {
-        let n = name_of(c).strip_prefix("step-").unwrap_or("");
-        settings.is_helper_name(n)
+) -> Result<(), String> {
+    let name = name_of(container);
+    let want = step.get("onError").and_then(Value::as_str);
+    let actual = container::entrypoint_flag(container, "-on_error");
+    if actual != want {
+        return Err(format!(
+            "container {name} (the Task's own step) args: -on_error {actual:?}, where bookend's composition has {want:?} (postStepsRun: Always runs the org's post-steps whatever the Task's steps do); remove onError from the Task's steps or let bookend's dry-run mutation write it"
+        ));
+    }
+    let gate_whens = |whens: Vec<Value>| -> Vec<Value> {
+        whens
+            .into_iter()
+            .filter(|w| inject::is_gate_when(settings, w))
+            .map(|w| json!([w.get("input"), w.get("operator"), w.get("values")]))
+            .collect()
     };
-    let body: Vec<&Value> = steps.iter().copied().filter(|c| !helper(c)).collect();
-    // bookend changes org steps (`onError: continue`, gate conditions) only when an `Always`
-    // policy applies; otherwise such a change is the author's, not bookend's.
-    let always = policies
-        .iter()
-        .any(|p| p.spec.post_steps_run == PostStepsRun::Always && !p.post_steps.is_empty());
-    if body.len() < pre.len() + post.len() {
-        return Err("it has fewer step containers than the org's steps".to_owned());
-    }
-    let org_at = |k: usize| {
-        if k < pre.len() {
-            Some(pre[k])
-        } else if k >= body.len() - post.len() {
-            Some(post[k - (body.len() - post.len())])
-        } else {
-            None
-        }
-    };
-    for (k, container) in body.iter().enumerate() {
-        let name = name_of(container);
-        match org_at(k) {
-            Some((policy, def)) => {
-                let want = tekton::restrict_length(&tekton::container_name(def, 0));
-                if name != want {
-                    return Err(format!(
-                        "{name} stands where Tekton puts {want} of {} (the org's steps come first and last, in policy order)",
-                        policy.id
-                    ));
-                }
-                if def.get("ref").is_some_and(|r| !r.is_null()) {
-                    continue;
-                }
-                let step = if always {
-                    with_always_changes(def, container, settings)
-                } else {
-                    def.clone()
-                };
-                container::check(container, &step, facts)
-                    .map_err(|d| explain(name, &policy.id.to_string(), d))?;
-            }
-            None if name.starts_with(&prefix) => {
-                return Err(format!(
-                    "{name} uses the reserved prefix among the TaskRun's own steps"
-                ));
-            }
-            None => {}
-        }
-    }
-    for (i, container) in steps.iter().enumerate() {
-        if helper(container) && !is_helper(container, settings, facts) {
-            return Err(format!(
-                "step container {i} ({}) has a helper's name but is not one of bookend's helpers",
-                name_of(container)
-            ));
-        }
-    }
-    Ok(Vec::new())
-}
-
-/// `def` with what bookend's `Always` composition may have done to it, as the container shows:
-/// `onError: continue`, and conditions on bookend's gates.
-fn with_always_changes(def: &Value, container: &Value, settings: &Settings) -> Value {
-    let mut step = def.clone();
-    let args: Vec<&str> = container
-        .get("args")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let flag = |name: &str| {
-        args.iter()
-            .position(|a| *a == name)
-            .and_then(|i| args.get(i + 1))
-            .copied()
-    };
-    if flag("-on_error") == Some("continue") && def.get("onError").is_none() {
-        step["onError"] = json!("continue");
-    }
-    let gate_whens: Vec<Value> = flag("--when_expressions")
-        .and_then(|w| serde_json::from_str::<Vec<Value>>(w).ok())
-        .unwrap_or_default()
-        .into_iter()
-        .filter(|w| inject::is_gate_when(settings, w))
-        .collect();
-    if !gate_whens.is_empty() {
-        let mut whens = def
-            .get("when")
+    let actual = gate_whens(
+        container::entrypoint_flag(container, "--when_expressions")
+            .and_then(|w| serde_json::from_str(w).ok())
+            .unwrap_or_default(),
+    );
+    let want = gate_whens(
+        step.get("when")
             .and_then(Value::as_array)
             .cloned()
-            .unwrap_or_default();
-        whens.extend(gate_whens);
-        step["when"] = Value::Array(whens);
+            .unwrap_or_default(),
+    );
+    if actual != want {
+        return Err(format!(
+            "container {name} (the Task's own step) args: --when_expressions conditions on bookend's gates {actual:?}, where bookend's composition has {want:?}; remove conditions on {}gate-<n> results from the Task's steps",
+            settings.prefix
+        ));
     }
-    step
+    Ok(())
 }
 
-/// A container is one of bookend's gate or verdict steps: the helper image, a shell running
-/// one of the two scripts bookend writes, run restricted (or, as earlier releases wrote them,
-/// without a securityContext).
-fn is_helper(container: &Value, settings: &Settings, facts: &PodFacts<'_>) -> bool {
-    // Tekton's controller substitutes a gate's `$(step.results.ok.path)` with the path of that
-    // step's own result before it builds the Pod: read the container with it written back.
-    let own_result = format!("/tekton/steps/{}/results/ok", name_of(container));
-    let mut unsubstituted = container.clone();
-    if let Some(args) = unsubstituted.get_mut("args").and_then(Value::as_array_mut) {
-        for arg in args.iter_mut() {
-            if let Some(text) = arg.as_str().filter(|t| t.ends_with(&own_result)) {
-                *arg = Value::String(text.replace(&own_result, "$(step.results.ok.path)"));
-            }
-        }
-    }
-    let container = &unsubstituted;
-    let args: Vec<&str> = container
+/// The step directories a verdict container reads (container names or indices), in the forms
+/// bookend writes and wrote: only a reading, which the composition confirms or refutes.
+fn verdict_reads(container: &Value) -> Vec<&str> {
+    let script = container
         .get("args")
         .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
-    let Some(split) = args.iter().position(|a| *a == "--") else {
-        return false;
-    };
-    let [dash_c, script] = &args[split + 1..] else {
-        return false;
-    };
-    if *dash_c != "-c" || !(is_gate_script(script) || is_verdict_script(script)) {
-        return false;
-    }
-    let name = name_of(container).strip_prefix("step-").unwrap_or("");
-    let mut step = json!({"name": name, "image": settings.helper_image,
-                          "command": ["/bin/sh", "-c"], "args": [script]});
-    if is_gate_script(script) {
-        step["results"] = json!([{"name": "ok"}]);
-    }
-    let mut restricted = step.clone();
-    restricted["securityContext"] = inject::helper_step(
-        settings,
-        name,
-        &inject::Helper::Verdict { checks: Vec::new() },
-    )["securityContext"]
-        .clone();
-    container::check(container, &restricted, facts).is_ok()
-        || container::check(container, &step, facts).is_ok()
-}
-
-/// `cd /tekton/steps;until [ -s 2/exitCode ];do sleep 1;done;[ "$(cat 1/results/ok)$(cat
-/// 2/exitCode)" = true0 ]&&r=true||r=false;…`: a wait for each exit code file it reads, or none
-/// (the form releases up to 0.2 wrote).
-fn is_gate_script(script: &str) -> bool {
-    let Some(mut rest) = script.strip_prefix("cd /tekton/steps;") else {
-        return false;
-    };
-    let mut waited = Vec::new();
-    while let Some((file, after)) = rest
-        .strip_prefix("until [ -s ")
-        .and_then(|r| r.split_once(" ];do sleep 1;done;"))
-    {
-        waited.push(file);
-        rest = after;
-    }
-    let Some(rest) = rest.strip_prefix("[ \"") else {
-        return false;
-    };
-    let Some(rest) = rest.strip_suffix(" ]&&r=true||r=false;printf $r>$(step.results.ok.path)")
-    else {
-        return false;
-    };
-    let Some((reads, want)) = rest.split_once("\" = ") else {
-        return false;
-    };
-    let mut exit_codes = Vec::new();
-    let mut reads = reads;
-    while let Some(r) = reads.strip_prefix("$(cat ") {
-        let Some((file, after)) = r.split_once(')') else {
-            return false;
-        };
-        let Some((index, what)) = file.split_once('/') else {
-            return false;
-        };
-        if index.is_empty()
-            || !index.bytes().all(|b| b.is_ascii_digit())
-            || !matches!(what, "exitCode" | "results/ok")
-        {
-            return false;
-        }
-        if what == "exitCode" {
-            exit_codes.push(file);
-        }
-        reads = after;
-    }
-    let want = want.strip_prefix("true").unwrap_or(want);
-    reads.is_empty()
-        && want.bytes().all(|b| b == b'0')
-        && (waited.is_empty() || waited == exit_codes)
-}
-
-/// `cd /tekton/steps;r=0;for s in step-a step-b;do …;done;exit $r`
-fn is_verdict_script(script: &str) -> bool {
-    script
+        .and_then(|a| a.last())
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    if let Some(list) = script
         .strip_prefix("cd /tekton/steps;r=0;for s in ")
-        .and_then(|r| r.strip_suffix(";do c=$(cat $s/exitCode);[ \"$c\" = 0 ]||{ echo \"bookend: $s failed (exit code ${c:-none})\";r=1;};done;exit $r"))
-        .is_some_and(|list| {
-            !list.is_empty()
-                && list
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b' ')
-        })
+        .and_then(|r| r.split_once(";do").map(|(l, _)| l))
+    {
+        return list.split(' ').collect();
+    }
+    // 0.1's `<index>:<container>` pairs.
+    script
+        .strip_prefix("rc=0; for s in ")
+        .and_then(|r| r.split_once("; do").map(|(l, _)| l))
+        .into_iter()
+        .flat_map(|l| l.split(' '))
+        .flat_map(|pair| pair.split(':'))
+        .collect()
 }
 
 /// The Enforce policies whose steps a Pod of this TaskRun must carry, by the TaskRun's path.
@@ -1361,6 +1291,24 @@ spec:
             {"name": "lint", "image": "golang", "command": ["lint"], "onError": "continue"},
             {"name": "build", "image": "golang", "command": ["go", "build"]}]}}));
         assert_eq!(check(&pod, &taskrun), Ok(Vec::new()));
+    }
+
+    #[test]
+    fn a_remote_tasks_step_whose_container_name_tekton_cut_is_the_authors() {
+        // A step name of 63 characters: Tekton cuts `step-<name>` to 63 in the container's
+        // name, bookend's verdict reads the step's directory by its full name.
+        let long = "b".repeat(63);
+        let (_, mut pod) = admitted(
+            json!({"taskSpec": {"steps": [{"name": long, "image": "golang", "command": ["go"]}]}}),
+        );
+        for c in pod["spec"]["containers"].as_array_mut().unwrap() {
+            let cut = tekton::restrict_length(name_of(c));
+            c["name"] = json!(cut);
+        }
+        let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+            "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1"},
+            "spec": {"taskRef": {"resolver": "git"}}});
+        assert_eq!(check(&pod, &remote), Ok(Vec::new()));
     }
 
     #[test]
