@@ -226,7 +226,7 @@ impl ServeArgs {
                         ReportApiArg::Auto => crate::reports::ReportApiChoice::Auto,
                     },
                     verify_runs: self.verify_runs,
-                    verification_counts: crate::verification::counts::Options {
+                    verification_counts: crate::engine::verdict_counts::CountOptions {
                         window: self.verification_window,
                         interval: self.verification_count_interval,
                     },

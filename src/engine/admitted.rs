@@ -268,7 +268,10 @@ pub(super) fn has_marks(object: &Value) -> bool {
     has("annotations", record::ANNOTATION)
         || has("annotations", record::VERIFIED_ANNOTATION)
         || has("labels", record::LABEL)
-        || params_with_record(object.pointer("/spec/params"), None).is_some()
+        || object
+            .pointer("/spec/params")
+            .and_then(Value::as_array)
+            .is_some_and(|params| params.iter().any(record::is_record_param))
 }
 
 /// Sets (`Some`) or removes (`None`) the record param ([`record::PARAM`]) in the object's

@@ -928,7 +928,7 @@ fn step_action_mismatch(
     Some(match resolve_step_action(step, namespace, lookup) {
         Err(why) => format!("; the org step is a StepAction: {why}"),
         Ok(_) => format!(
-            "; the org step is {}, and what ran is not it as it is now: it changed since the run, or the step is not the StepAction's",
+            "; the org step is {}, and what ran is not it as it resolves now (the StepAction changed since the run, the step is not the StepAction's, or the Task is not one bookend's dry-run left)",
             step_action::Source::of(step_ref)
         ),
     })
@@ -937,7 +937,7 @@ fn step_action_mismatch(
 /// Whether a resolved Task (`status.taskSpec`) is one bookend's dry-run mutation could have
 /// left: no stepTemplate (the dry-run writes it into the author's steps), nothing the dry-run
 /// refuses (a workspace over org steps' paths, the author's mounts of bookend's volumes), and
-/// every policy's volume as the policy defines it. Otherwise the mutation did not run (it
+/// no volume under a policy volume's name but the policy's definition. Otherwise the mutation did not run (it
 /// fails open) and a step that looks like the org's may run the author's files.
 fn as_dry_run_leaves_it(
     task_spec: &Value,

@@ -4,8 +4,9 @@
 
 use serde_json::{Value, json};
 
+use super::tests::{admitted_with, names};
 use super::*;
-use crate::engine::tests::{policies, run, taskrun};
+use crate::engine::tests::{policies, run};
 use crate::engine::{Catalog, Outcome};
 
 const ALWAYS: &str = r#"
@@ -17,28 +18,6 @@ spec:
   preSteps: [{name: bookend-setup, image: alpine}]
   postSteps: [{name: bookend-sbom-upload, image: alpine}]
 "#;
-
-fn admitted(set: &PolicySet, spec_extra: Value) -> Value {
-    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
-    for (k, v) in spec_extra.as_object().unwrap() {
-        object["spec"][k] = v.clone();
-    }
-    let d = run(set, &object);
-    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
-    let mut object = d.object;
-    object["metadata"]["name"] = json!("run-1");
-    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
-    object
-}
-
-fn step_names(object: &Value) -> Vec<String> {
-    object["spec"]["taskSpec"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
-        .collect()
-}
 
 /// A step state as Tekton's `pkg/pod/status.go` writes it: `name` is the container's name
 /// without `step-` (`TrimStepPrefix(s.Name)`), so a name Tekton shortened to 63 characters
@@ -74,8 +53,8 @@ fn an_earlier_attempt_without_the_always_post_step_is_not_a_pass() {
     let set = policies(ALWAYS);
     // The author asks for one retry; their step times out on the first attempt only
     // (`$(context.task.retry-count)` tells it which attempt it is), after doing its work.
-    let mut object = admitted(&set, json!({"retries": 1}));
-    let names = step_names(&object);
+    let mut object = admitted_with(&set, json!({"retries": 1}));
+    let names = names(&object);
     assert_eq!(
         names,
         [
@@ -101,9 +80,8 @@ fn an_earlier_attempt_without_the_always_post_step_is_not_a_pass() {
         "retriesStatus": [{"conditions": condition(false, "Failed"), "steps": first_attempt}],
     });
     let verdict = verdict_of(&set, &object, "ClusterStepPolicy/sbom");
-    assert_ne!(
-        verdict,
-        RunVerdict::Pass,
+    assert!(
+        matches!(verdict, RunVerdict::Fail(_)),
         "the first attempt ran build without bookend-sbom-upload"
     );
 }
@@ -190,18 +168,18 @@ fn a_remote_task_whose_taskrun_param_took_always_away_fails() {
         .collect();
     object["status"] =
         json!({"conditions": condition(false, "Failed"), "steps": steps, "taskSpec": ran});
-    assert_ne!(
+    assert!(matches!(
         verdict_of(&set, &object, "ClusterStepPolicy/sbom"),
-        RunVerdict::Pass
-    );
+        RunVerdict::Fail(_)
+    ));
 }
 
 #[test]
 #[ignore = "OPEN (defence in depth only): verification does not compare status.steps[].imageID with the org step's image; the Pod Tekton adopted by name that made this reachable is refused by the Pod backstop since breaker round 34 (admission::pods::breaker34), and a tag-only policy image (this one: alpine) cannot be compared with the digest a step ran"]
 fn steps_that_ran_another_image_are_not_the_org_steps() {
     let set = policies(ALWAYS);
-    let mut object = admitted(&set, json!({}));
-    let steps: Vec<Value> = step_names(&object)
+    let mut object = admitted_with(&set, json!({}));
+    let steps: Vec<Value> = names(&object)
         .iter()
         .map(|n| {
             let mut s = state(n, 0, "Completed");
@@ -215,9 +193,11 @@ fn steps_that_ran_another_image_are_not_the_org_steps() {
         .collect();
     object["status"] = json!({"conditions": condition(true, "Succeeded"),
                               "podName": "run-1-pod", "steps": steps});
-    assert_ne!(
-        verdict_of(&set, &object, "ClusterStepPolicy/sbom"),
-        RunVerdict::Pass,
+    assert!(
+        matches!(
+            verdict_of(&set, &object, "ClusterStepPolicy/sbom"),
+            RunVerdict::Fail(_)
+        ),
         "bookend-setup and bookend-sbom-upload never ran their image (alpine)"
     );
 }

@@ -26,7 +26,16 @@ spec:
 /// The TaskRun admission gives for one user step `build`, named and stamped as the API server
 /// stores it.
 fn admitted(set: &PolicySet) -> Value {
-    let d = run(set, &taskrun(json!([{"name": "build", "image": "go"}])));
+    admitted_with(set, json!({}))
+}
+
+/// [`admitted`], with `spec_extra`'s fields set in the TaskRun's spec before admission.
+pub(super) fn admitted_with(set: &PolicySet, spec_extra: Value) -> Value {
+    let mut object = taskrun(json!([{"name": "build", "image": "go"}]));
+    for (k, v) in spec_extra.as_object().into_iter().flatten() {
+        object["spec"][k] = v.clone();
+    }
+    let d = run(set, &object);
     assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
     let mut object = d.object;
     object["metadata"]["name"] = json!("run-1");
@@ -34,7 +43,7 @@ fn admitted(set: &PolicySet) -> Value {
     object
 }
 
-fn names(object: &Value) -> Vec<String> {
+pub(super) fn names(object: &Value) -> Vec<String> {
     object["spec"]["taskSpec"]["steps"]
         .as_array()
         .unwrap()

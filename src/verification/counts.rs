@@ -36,16 +36,27 @@ pub const FIELD_MANAGER: &str = "bookend-verification";
 /// TaskRuns per page of the list.
 const PAGE_SIZE: u32 = 500;
 
-// The window and how often it is counted: a plain value the configuration carries, so it
-// lives in the pure core (`engine::verdict_counts`), below everything that passes it on.
-pub use crate::engine::verdict_counts::CountOptions as Options;
+// The window and how often it is counted (`CountOptions`) is a plain value the configuration
+// carries, so it lives in the pure core (`engine::verdict_counts`), below everything that
+// passes it on.
+use crate::engine::verdict_counts::CountOptions;
 
 /// Starts counting once the policies are loaded.
-pub fn start(client: Client, source: Arc<dyn PolicySource>, options: Options, metrics: Metrics) {
+pub fn start(
+    client: Client,
+    source: Arc<dyn PolicySource>,
+    options: CountOptions,
+    metrics: Metrics,
+) {
     tokio::spawn(run(client, source, options, metrics));
 }
 
-async fn run(client: Client, source: Arc<dyn PolicySource>, options: Options, metrics: Metrics) {
+async fn run(
+    client: Client,
+    source: Arc<dyn PolicySource>,
+    options: CountOptions,
+    metrics: Metrics,
+) {
     while !source.is_ready() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }

@@ -69,11 +69,15 @@ fn empty_task_specs_and_other_kinds_are_left_alone() {
     let pod = json!({"apiVersion": "v1", "kind": "Pod"});
     assert_eq!(run(&set, &pod).outcome, Outcome::Admitted);
     // A taskRef without a name goes to the cluster's default resolver (Tekton's reconciler
-    // reads neither kind nor apiVersion): only bookend's marks, the steps come at resolution.
+    // reads neither kind nor apiVersion): only bookend's marks (the record, also as the param
+    // `bookend-injected`), the steps come at resolution.
     let custom = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "spec": {"taskRef": {"apiVersion": "x.dev/v1", "kind": "Wait"}}});
     let d = run(&set, &custom);
     assert_eq!(d.outcome, Outcome::Mutated);
-    assert_eq!(d.object["spec"]["taskRef"], custom["spec"]["taskRef"]);
+    let mut marked = custom["spec"].clone();
+    marked["params"] = json!([{"name": record::PARAM,
+        "value": d.object["metadata"]["annotations"][record::ANNOTATION]}]);
+    assert_eq!(d.object["spec"], marked);
 }
 
 #[test]

@@ -108,8 +108,9 @@ fn remote_task_refs_skip_or_deny() {
     let object = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun", "metadata": {"name": "r"},
         "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}});
     // Both policies' criteria are all about the namespace: they inject into the resolved Task
-    // at Tekton's controller's dry-run. At CREATE bookend writes only its record (saying so)
-    // and the verification label, nothing in `spec`, and injects nothing (metrics, Events).
+    // at Tekton's controller's dry-run. At CREATE bookend writes only its record (saying so;
+    // in `spec` only as the param `bookend-injected`) and the verification label, and injects
+    // nothing (metrics, Events).
     let set = policies(PRE_POST);
     let d = run(&set, &object);
     assert_eq!(d.outcome, Outcome::Mutated);
@@ -122,7 +123,10 @@ fn remote_task_refs_skip_or_deny() {
         "{:?}",
         d.patch
     );
-    assert_eq!(d.object["spec"]["taskRef"], object["spec"]["taskRef"]);
+    let mut marked = object["spec"].clone();
+    marked["params"] = json!([{"name": record::PARAM,
+        "value": d.object["metadata"]["annotations"][record::ANNOTATION]}]);
+    assert_eq!(d.object["spec"], marked);
     assert_eq!(
         d.object["metadata"]["labels"][record::LABEL],
         record::LABEL_VALUE
