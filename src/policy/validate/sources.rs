@@ -58,6 +58,14 @@ pub(super) fn check(step: &Step, at: &FieldPath, errs: &mut Errors) {
         };
     match resolver {
         "cluster" => {
+            // Without it the cluster resolver fetches a Task of that name (its default kind),
+            // which Tekton cannot run as a step, and verification cannot resolve the step.
+            require(
+                "kind",
+                |v| v == "stepaction",
+                "the cluster resolver needs the param kind: stepaction for a step (without it the resolver's default kind, task, applies)".to_owned(),
+                "the cluster resolver's \"kind\" param must be the literal stepaction",
+            );
             for name in ["name", "namespace"] {
                 require(
                     name,
@@ -193,7 +201,7 @@ mod tests {
     }
 
     #[test]
-    fn the_cluster_resolver_needs_literal_name_and_namespace() {
+    fn the_cluster_resolver_needs_kind_stepaction_and_literal_name_and_namespace() {
         let ok = [
             ("kind", "stepaction"),
             ("name", "git-clone"),
@@ -215,19 +223,45 @@ mod tests {
                 None,
                 Some("cluster"),
                 &[
+                    ("kind", "stepaction"),
                     ("name", "git-clone"),
                     ("namespace", "$(context.taskRun.namespace)")
                 ]
             ),
             [
-                r#"spec.preSteps[0].ref.params[1].value: resolver param "namespace" uses $(…), which Tekton substitutes from the TaskRun, so its author would choose where this org step comes from; write the value literally"#
+                r#"spec.preSteps[0].ref.params[2].value: resolver param "namespace" uses $(…), which Tekton substitutes from the TaskRun, so its author would choose where this org step comes from; write the value literally"#
             ]
         );
-        let m = run(None, Some("cluster"), &[("name", " "), ("namespace", "ci")]);
+        let m = run(
+            None,
+            Some("cluster"),
+            &[("kind", "stepaction"), ("name", " "), ("namespace", "ci")],
+        );
         assert_eq!(
             m,
             [
-                r#"spec.preSteps[0].ref.params[0].value: the cluster resolver's "name" param must be a literal, non-empty string: got " ""#
+                r#"spec.preSteps[0].ref.params[1].value: the cluster resolver's "name" param must be a literal, non-empty string: got " ""#
+            ]
+        );
+        // Without kind the resolver fetches a Task of that name.
+        assert_eq!(
+            run(
+                None,
+                Some("cluster"),
+                &[("name", "git-clone"), ("namespace", "ci")]
+            ),
+            [
+                r#"spec.preSteps[0].ref.params: the cluster resolver needs the param kind: stepaction for a step (without it the resolver's default kind, task, applies)"#
+            ]
+        );
+        assert_eq!(
+            run(
+                None,
+                Some("cluster"),
+                &[("kind", "task"), ("name", "git-clone"), ("namespace", "ci")]
+            ),
+            [
+                r#"spec.preSteps[0].ref.params[0].value: the cluster resolver's "kind" param must be the literal stepaction: got "task""#
             ]
         );
     }
