@@ -94,6 +94,19 @@ fn user_step() -> Value {
     json!({"name": "build", "image": "golang", "command": ["/bin/sh", "-c"], "args": ["go build ./..."]})
 }
 
+/// The verification of `tr` finished with `task_spec` as what ran, every step completed;
+/// logged for the test's output.
+fn verified(set: &PolicySet, tr: Value, task_spec: Value) -> bookend::engine::verify::Verification {
+    let v = verify(&finished(tr, task_spec), set, &catalog()).unwrap();
+    eprintln!("verdicts: {:?}", verdicts(&v));
+    v
+}
+
+/// Whether every policy of `v` passed.
+fn all_pass(v: &bookend::engine::verify::Verification) -> bool {
+    v.policies.iter().all(|p| p.verdict == RunVerdict::Pass)
+}
+
 fn finished(mut tr: Value, task_spec: Value) -> Value {
     let steps: Vec<Value> = task_spec["steps"]
         .as_array()
@@ -114,11 +127,8 @@ fn finished(mut tr: Value, task_spec: Value) -> Value {
 fn baseline_dry_run_task_passes() {
     let set = set();
     let spec = dry_run(&set, json!({"steps": [user_step()]}));
-    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    assert!(
-        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
-        "{v:?}"
-    );
+    let v = verified(&set, admitted(&set), spec);
+    assert!(all_pass(&v), "{v:?}");
 }
 
 /// Was a BREAK (I8: "a Task the dry-run mutation did not reach ... fails every policy of the
@@ -137,8 +147,7 @@ fn break_step_template_in_unmutated_task_passes_verification() {
         "volumeMounts": [{"name": "fake-bin", "mountPath": "/bin"}]});
     spec["volumes"] =
         json!([{"name": "fake-bin", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
-    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
+    let v = verified(&set, admitted(&set), spec);
     assert!(
         v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
         "BROKEN: every policy passed although Tekton ran the org steps with the author's stepTemplate (/bin and PATH replaced): {v:?}"
@@ -235,7 +244,7 @@ fn held_verify_fails_on_error_continue_org_step() {
     let set = set();
     let mut spec = dry_run(&set, json!({"steps": [user_step()]}));
     spec["steps"][0]["onError"] = json!("continue");
-    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
+    let v = verified(&set, admitted(&set), spec);
     assert!(
         v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
         "{v:?}"
@@ -254,12 +263,8 @@ fn dos_exit_code_variable_form_differs_from_tektons() {
     user["args"] = json!(["cat $(steps.build.exitCode.path) || true"]);
     // As Tekton stores it: `$(steps.build.exitCode.path)` is not a Tekton variable, left as is.
     let spec = dry_run(&set, json!({"steps": [user]}));
-    let v = verify(&finished(admitted(&set), spec), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
-    assert!(
-        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
-        "false fail: {v:?}"
-    );
+    let v = verified(&set, admitted(&set), spec);
+    assert!(all_pass(&v), "false fail: {v:?}");
 }
 
 /// HELD (Pod backstop, Enforce mode): the same stepTemplate, as Tekton merges it into the org
@@ -294,11 +299,8 @@ fn held_undeclared_param_in_user_step() {
     let mut user = user_step();
     user["args"] = json!(["echo x"]);
     let spec = dry_run(&set, json!({"steps": [user]}));
-    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
-    assert!(
-        v.policies.iter().all(|p| p.verdict == RunVerdict::Pass),
-        "{v:?}"
-    );
+    let v = verified(&set, tr, spec);
+    assert!(all_pass(&v), "{v:?}");
 }
 
 /// DoS (was: a false `fail` on every such TaskRun; fixed). Tekton's controller stores
@@ -421,8 +423,7 @@ fn break_workspace_over_bin_in_unmutated_task_passes_pod_backstop_and_verificati
     let mut tr_ran = tr.clone();
     tr_ran["spec"]["workspaces"] =
         json!([{"name": "tools", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
-    let v = verify(&finished(tr_ran, ran), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
+    let v = verified(&set, tr_ran, ran);
     let refusal = pod_answer.expect_err("the Pod backstop refuses the workspace over /bin");
     assert!(
         refusal
@@ -499,8 +500,7 @@ spec:
     }
     let pod_answer = check_pod(&p, &tr, &set, &catalog());
     eprintln!("backstop answer: {pod_answer:?}");
-    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
+    let v = verified(&set, tr, spec);
     let refusal = pod_answer.expect_err("the Pod backstop refuses the author's volume");
     assert!(
         refusal
@@ -545,8 +545,7 @@ spec:
     // The author's own Task (no dry-run): org's step, then a copy of team-b's step.
     let teamb = json!({"name": "bookend-teamb", "image": "alpine", "command": ["/bin/sh", "-c"], "args": ["teamb-check"]});
     spec["steps"].as_array_mut().unwrap().insert(1, teamb);
-    let v = verify(&finished(tr, spec), &set, &catalog()).unwrap();
-    eprintln!("verdicts: {:?}", verdicts(&v));
+    let v = verified(&set, tr, spec);
     assert!(
         !v.policies.iter().any(|p| p.policy.contains("team-b")),
         "BROKEN: a team-a TaskRun got a verdict for team-b's StepPolicy"
