@@ -1,10 +1,10 @@
 //! Attacks on remote-resolver TaskRuns, from an independent breaker round (2026-12-02): on
 //! post-run verification from `status.taskSpec` and on the Pod backstop's reading of a remote
 //! TaskRun's Pod. Each test asserts the secure answer. `break_*` tests were bypasses when
-//! found, each comment saying what it was and what refuses it now; anything still open is
-//! `#[ignore]`d with the reason (docs/security.md, "Open"), so `cargo test --test
-//! remote_attacks -- --ignored` shows what is left. `held_*` attacks failed; `dos_*` are wrong
-//! `fail` verdicts (never a wrong pass).
+//! found, each comment saying what it was and what refuses it now; every attack here is
+//! answered now. What later breaker rounds left open is `#[ignore]`d beside the code it
+//! concerns (`src/engine/pod/breaker34.rs`, `src/engine/verify_breaker34.rs`; docs/security.md,
+//! "Open"). `held_*` attacks failed; `dos_*` were wrong `fail` verdicts (never a wrong pass).
 
 #[path = "common/tekton_pod.rs"]
 #[allow(dead_code)]
@@ -149,8 +149,8 @@ fn break_step_template_in_unmutated_task_passes_verification() {
         json!([{"name": "fake-bin", "configMap": {"name": "author-tools", "defaultMode": 493}}]);
     let v = verified(&set, admitted(&set), spec);
     assert!(
-        v.policies.iter().any(|p| p.verdict != RunVerdict::Pass),
-        "BROKEN: every policy passed although Tekton ran the org steps with the author's stepTemplate (/bin and PATH replaced): {v:?}"
+        v.policies.iter().all(|p| p.verdict != RunVerdict::Pass),
+        "BROKEN: a policy passed although Tekton ran the org steps with the author's stepTemplate (/bin and PATH replaced): {v:?}"
     );
 }
 
@@ -251,11 +251,11 @@ fn held_verify_fails_on_error_continue_org_step() {
     );
 }
 
-/// DoS (not a bypass): Tekton's exit-code variable is `$(steps.step-<name>.exitCode.path)`
-/// (`pod.StepName` in `ApplyStepExitCodePath`; docs/variables.md); bookend's `Substitutions`
-/// writes `$(steps.<name>.exitCode.path)`. An author step using the form Tekton leaves alone
-/// has it substituted by bookend only, the recomposition never matches, and every policy fails
-/// on a Task whose org steps all ran. (An org step using Tekton's real form fails the same way.)
+/// Was a DoS (not a bypass; fixed): Tekton's exit-code variable is
+/// `$(steps.step-<name>.exitCode.path)` (`pod.StepName` in `ApplyStepExitCodePath`;
+/// docs/variables.md); bookend's `Substitutions` wrote `$(steps.<name>.exitCode.path)`. An
+/// author step using the form Tekton leaves alone had it substituted by bookend only, the
+/// recomposition never matched, and every policy failed on a Task whose org steps all ran.
 #[test]
 fn dos_exit_code_variable_form_differs_from_tektons() {
     let set = set();

@@ -102,18 +102,7 @@ fn owner_of(pod: &Value, summary: &Summary) -> Option<Owner> {
         .map(str::to_owned)
         .unwrap_or_else(|| summary.namespace.clone());
     let text = |v: &Value, key: &str| v.get(key).and_then(Value::as_str).map(str::to_owned);
-    let controller = pod
-        .pointer("/metadata/ownerReferences")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-        .find(|r| r.get("controller") == Some(&Value::Bool(true)));
-    if let Some(taskrun) = controller.filter(|r| {
-        r.get("kind").and_then(Value::as_str) == Some("TaskRun")
-            && r.get("apiVersion")
-                .and_then(Value::as_str)
-                .is_some_and(|v| v.starts_with("tekton.dev/"))
-    }) {
+    if let Some(taskrun) = crate::engine::pod::taskrun_controller(pod) {
         return Some(Owner {
             namespace,
             name: text(taskrun, "name")?,

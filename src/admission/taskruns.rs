@@ -129,10 +129,7 @@ fn backstop_answer(object: &Value, decision: Decision) -> Answer {
             // The record param is a mark in `spec`: one bookend would add is a previous
             // release's admission (it wrote none); one bookend would change or drop is not
             // bookend's.
-            let carries_param = object
-                .pointer("/spec/params")
-                .and_then(Value::as_array)
-                .is_some_and(|params| params.iter().any(crate::engine::record::is_record_param));
+            let carries_param = crate::engine::record::carries_record_param(object);
             let spec_changes =
                 changes(&|op| op.path().starts_with("/spec") && !is_params_path(op.path()));
             if !spec_changes.is_empty() {

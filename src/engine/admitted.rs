@@ -268,10 +268,7 @@ pub(super) fn has_marks(object: &Value) -> bool {
     has("annotations", record::ANNOTATION)
         || has("annotations", record::VERIFIED_ANNOTATION)
         || has("labels", record::LABEL)
-        || object
-            .pointer("/spec/params")
-            .and_then(Value::as_array)
-            .is_some_and(|params| params.iter().any(record::is_record_param))
+        || record::carries_record_param(object)
 }
 
 /// Sets (`Some`) or removes (`None`) the record param ([`record::PARAM`]) in the object's

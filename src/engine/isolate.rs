@@ -24,7 +24,7 @@ use super::lookup::Lookup;
 use super::record;
 use crate::patch;
 use crate::policy::validate::mount_point;
-use crate::policy::{Policy, PostStepsRun, Settings, WorkspaceMounts};
+use crate::policy::{Policy, Settings, WorkspaceMounts};
 use crate::tekton::{self, ApiVersion, TaskRunView, merge};
 
 /// Most entries of a keyed list (env, volumeMounts, …) bookend merges a stepTemplate's into.
@@ -263,10 +263,7 @@ pub fn check_run_fields(
 
 /// The first applied policy whose post-steps run whatever the TaskRun's steps do.
 fn always<'p>(applied: &[&'p Policy]) -> Option<&'p Policy> {
-    applied
-        .iter()
-        .copied()
-        .find(|p| p.spec.post_steps_run == PostStepsRun::Always)
+    applied.iter().copied().find(|p| p.runs_post_steps_always())
 }
 
 /// Under a `postStepsRun: Always` policy every step's `onError` must be literal in a Task

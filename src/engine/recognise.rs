@@ -23,7 +23,7 @@ use super::canonical::{canonical, equivalent};
 use super::inject::{self, Composed, ParamValues, StepKind, user_step_key};
 use super::record::Record;
 use super::reindex;
-use crate::policy::{Policy, PostStepsRun, Settings};
+use crate::policy::{Policy, Settings};
 use crate::tekton::{self, ApiVersion};
 
 /// The author's steps of a TaskRun.
@@ -103,9 +103,7 @@ pub fn recognise_as_run(
             in_place: false,
         });
     }
-    let always = applied
-        .iter()
-        .any(|p| p.spec.post_steps_run == PostStepsRun::Always && !p.post_steps.is_empty());
+    let always = applied.iter().any(|p| p.runs_post_steps_always());
     let mut readings = Vec::with_capacity(3);
     if let Some(record) = hint {
         readings.push(Continued::Listed(

@@ -19,6 +19,14 @@ pub fn is_record_param(param: &serde_json::Value) -> bool {
         .is_some_and(is_record_param_name)
 }
 
+/// Whether an object's `spec.params` carries a record param.
+pub fn carries_record_param(object: &serde_json::Value) -> bool {
+    object
+        .pointer("/spec/params")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|params| params.iter().any(is_record_param))
+}
+
 /// Whether Tekton takes `name` for the record param's: it compares param names lower-cased
 /// (`validateNoDuplicateNames`, `strings.ToLower`, a simple per-rune mapping: the first of
 /// Rust's full mapping is the same for the letters of `bookend-injected`, `İ` and the Kelvin

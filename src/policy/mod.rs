@@ -256,6 +256,13 @@ impl fmt::Display for Verdict {
 }
 
 impl Policy {
+    /// Whether the policy has post-steps that run whatever the TaskRun's steps do
+    /// (`postStepsRun: Always`): what the Always machinery (gates, verdict) and its guards are
+    /// for; an Always policy without post-steps has nothing to protect.
+    pub fn runs_post_steps_always(&self) -> bool {
+        self.spec.post_steps_run == PostStepsRun::Always && !self.post_steps.is_empty()
+    }
+
     fn compile(doc: PolicyDoc, settings: &Settings) -> Result<Self, Vec<Issue>> {
         let policy_name = doc.id.to_string();
         let errors = validate::check_policy(&doc.id, &doc.spec, settings);

@@ -76,11 +76,11 @@ fn anywhere() -> Policy {
 /// absolute (`ValidateVolumeMounts` checks only empty and unique), Tekton's step validation
 /// checks only `/tekton/` after `filepath.Clean`, and the OCI runtime takes a relative
 /// destination relative to the container's root: `workspace/creds` is `/workspace/creds`.
-/// `OrgPaths::refusal` cleans without rooting, so the relative form escapes the `mounts` check
-/// (it compares with `/workspace/creds`) and the exact-`/workspace` check, while the top-level
-/// check (`/usr`, `/tekton`, ...) does catch relative paths. A stepTemplate mount
-/// `{name: <author volume>, mountPath: workspace/creds/token}` (or `workspace`) reaches the org
-/// container over (or hiding) its own Secret mount.
+/// `OrgPaths::refusal` cleaned without rooting, so the relative form escaped the `mounts` check
+/// (it compares with `/workspace/creds`) and the exact-`/workspace` check: a stepTemplate mount
+/// `{name: <author volume>, mountPath: workspace/creds/token}` (or `workspace`) reached the org
+/// container over (or hiding) its own Secret mount. Paths are now rooted as the kubelet roots
+/// them (`mount_point`).
 #[test]
 fn a_relative_mount_path_is_refused_where_its_absolute_form_is() {
     let policy = anywhere();
@@ -142,8 +142,8 @@ fn the_pod_backstop_sees_every_update_that_can_change_a_pods_labels() {
 
 /// I11 at the Pod: the org container of the policy above, as Tekton builds it, with the Task's
 /// workspace (`mountPath: workspace/creds`, which Tekton's `GetMountPath` passes on as written)
-/// or a stepTemplate mount at the relative path. The absolute form is refused (sanity); the
-/// relative one, the same directory in the container, is admitted.
+/// or a stepTemplate mount at the relative path. The absolute form is refused (sanity), and so
+/// is the relative one, the same directory in the container (it was admitted).
 #[test]
 fn the_backstop_refuses_an_authors_mount_over_an_org_mount_written_relative() {
     use super::container::{PodFacts, check};

@@ -16,7 +16,7 @@ use serde_json::{Map, Value};
 
 use crate::engine::canonical::{canonical, equivalent};
 use crate::engine::isolate::OrgPaths;
-use crate::policy::validate::clean_path;
+use crate::policy::validate::mount_point;
 
 /// Tekton's entrypoint binary, every step container's command.
 const ENTRYPOINT: &str = "/tekton/bin/entrypoint";
@@ -424,7 +424,7 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
             .volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
-        if is_tektons_mount(name, &clean_path(path), volume) || is_service_account_token(a, volume)
+        if is_tektons_mount(name, &mount_point(path), volume) || is_service_account_token(a, volume)
         {
             continue;
         }

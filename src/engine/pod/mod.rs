@@ -179,26 +179,26 @@ pub fn tekton_would_adopt(pod: &Value) -> bool {
             .is_some_and(|labels| labels.contains_key(MANAGED_BY_LABEL))
 }
 
-/// The TaskRun a Pod's controller ownerReference names (`kind`, `name`, `uid`), if any.
-fn taskrun_controller(pod: &Value) -> Option<(String, String, String)> {
-    let reference = pod
-        .pointer("/metadata/ownerReferences")
+/// A Pod's controller ownerReference if it names a Tekton TaskRun (`kind: TaskRun`,
+/// `apiVersion: tekton.dev/…`): what Tekton's pod builder writes from the TaskRun itself
+/// (`NewControllerRef`), and what says which TaskRun a Pod is for, never a label.
+pub fn taskrun_controller(pod: &Value) -> Option<&Value> {
+    pod.pointer("/metadata/ownerReferences")
         .and_then(Value::as_array)?
         .iter()
-        .find(|r| r.get("controller") == Some(&Value::Bool(true)))?;
-    let text = |key: &str| {
-        reference
-            .get(key)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_owned()
-    };
-    (text("kind") == "TaskRun").then(|| (text("apiVersion"), text("name"), text("uid")))
+        .find(|r| r.get("controller") == Some(&Value::Bool(true)))
+        .filter(|r| {
+            r.get("kind").and_then(Value::as_str) == Some("TaskRun")
+                && r.get("apiVersion")
+                    .and_then(Value::as_str)
+                    .is_some_and(|v| v.starts_with("tekton.dev/"))
+        })
 }
 
-/// Checks a Pod UPDATE (`subresource` empty) or an `ephemeralcontainers` UPDATE against the Pod
-/// before it. Only Tekton's controller (`by_controller`) may label a Pod as a TaskRun's (or as
-/// one Tekton would adopt by name, [`tekton_would_adopt`]); no one
+/// Checks a Pod UPDATE (`subresource` empty), a `status` UPDATE (which may change labels) or an
+/// `ephemeralcontainers` UPDATE against the Pod before it. Only Tekton's controller
+/// (`by_controller`) may label a Pod as a TaskRun's (or as one Tekton would adopt by name,
+/// [`tekton_would_adopt`]) or give it a TaskRun controller ownerReference; no one
 /// may change the image of an org container or of Tekton's init containers (Kubernetes lets a
 /// container's image change, and restarts it with the new one); no ephemeral container may
 /// target an org container (sharing its processes) or mount bookend's or Tekton's internal
@@ -227,7 +227,9 @@ pub fn check_pod_update(
             label(new)
         ));
     }
-    let (owner_before, owner_after) = (taskrun_controller(old), taskrun_controller(new));
+    // Which TaskRun, by name and uid (not the reference's other members).
+    let owner = |pod| taskrun_controller(pod).map(|r| (r.get("name"), r.get("uid")));
+    let (owner_before, owner_after) = (owner(old), owner(new));
     if owner_after.is_some() && owner_after != owner_before && !by_controller {
         return deny(format!(
             "only Tekton's controller makes a TaskRun a Pod's controller (ownerReferences: {owner_before:?} -> {owner_after:?}): Tekton runs a Pod its TaskRun controls as that TaskRun's, so a Pod given to another TaskRun would run for it unchecked; create the TaskRun again and let Tekton make its Pod"
