@@ -16,7 +16,7 @@
 use serde_json::{Value, json};
 
 use super::Denial;
-use crate::policy::Policy;
+use crate::policy::{Policy, Settings};
 
 /// The variable that makes Tekton's entrypoint drop a step's network (when it is `1`).
 pub const HERMETIC_ENV: &str = "TEKTON_HERMETIC";
@@ -417,12 +417,14 @@ fn tekton_name(step: &Value) -> String {
 /// The Pod backstop for a TaskRun under a policy that requires hermetic user steps: the Pod
 /// runs on Linux (where Tekton's entrypoint jails); every step container that is not
 /// bookend's (`step-<prefix>…`, whose content the other checks pin to the policies) must be
-/// jailed by its effective env and run nothing outside the entrypoint; bookend's must not be;
+/// jailed by its effective env and run nothing outside the entrypoint, and so must bookend's
+/// jail check; bookend's others must not be;
 /// no sidecar but Tekton's own, in `containers` or as a native sidecar (an init container with
 /// `restartPolicy: Always`), and no init container but Tekton's; the author's step containers
 /// mount only local volumes (bookend's and Tekton's internal ones are the other checks').
 /// `Err` says what is wrong, for the denial.
-pub fn check_pod(pod: &Value, prefix: &str) -> Result<(), String> {
+pub fn check_pod(pod: &Value, settings: &Settings) -> Result<(), String> {
+    let prefix = settings.prefix.as_str();
     let spec = pod.get("spec").unwrap_or(&Value::Null);
     if let Some(os) = spec.pointer("/os/name")
         && os.as_str() != Some("linux")
@@ -454,6 +456,9 @@ pub fn check_pod(pod: &Value, prefix: &str) -> Result<(), String> {
         }
     }
     let ours = format!("step-{prefix}");
+    // bookend's jail check runs in the jail like the author's steps (its content is the
+    // composition's, checked before this).
+    let jail_check = format!("step-{}", settings.jail_check_name());
     let volumes = list(spec.get("volumes"));
     // The author's containers never mount bookend's volumes (`check_author_mounts`), and
     // Tekton's internal ones are emptyDirs and downward API files.
@@ -469,7 +474,7 @@ pub fn check_pod(pod: &Value, prefix: &str) -> Result<(), String> {
     for container in list(spec.get("containers")) {
         let name = name_of(container);
         let env = list(container.get("env"));
-        if name.starts_with(&ours) {
+        if name.starts_with(&ours) && name != jail_check {
             if maybe_jailed(env) {
                 return Err(format!(
                     "org container {name} carries {HERMETIC_ENV}, which would take its network (org steps keep it)"
@@ -593,36 +598,51 @@ mod tests {
             pod
         };
         assert_eq!(
-            check_pod(&pod(&jailed, &json!([]), Value::Null), "bookend-"),
+            check_pod(&pod(&jailed, &json!([]), Value::Null), &Settings::default()),
             Ok(())
         );
         assert!(
-            check_pod(&pod(&json!([]), &json!([]), Value::Null), "bookend-")
-                .unwrap_err()
-                .contains("step-build")
+            check_pod(
+                &pod(&json!([]), &json!([]), Value::Null),
+                &Settings::default()
+            )
+            .unwrap_err()
+            .contains("step-build")
         );
         assert!(
-            check_pod(&pod(&jailed, &jailed, Value::Null), "bookend-")
+            check_pod(&pod(&jailed, &jailed, Value::Null), &Settings::default())
                 .unwrap_err()
                 .contains("step-bookend-fetch")
         );
         let sidecar = json!({"name": "sidecar-proxy"});
-        assert!(check_pod(&pod(&jailed, &json!([]), sidecar), "bookend-").is_err());
+        assert!(check_pod(&pod(&jailed, &json!([]), sidecar), &Settings::default()).is_err());
         let tekton = json!({"name": "sidecar-tekton-log-results"});
         assert_eq!(
-            check_pod(&pod(&jailed, &json!([]), tekton), "bookend-"),
+            check_pod(&pod(&jailed, &json!([]), tekton), &Settings::default()),
             Ok(())
         );
         let mounting = json!({"name": "step-docker", "env": jailed.clone(),
             "volumeMounts": [{"name": "sock", "mountPath": "/var/run/docker.sock"}]});
         assert!(
-            check_pod(&pod(&jailed, &json!([]), mounting), "bookend-")
+            check_pod(&pod(&jailed, &json!([]), mounting), &Settings::default())
                 .unwrap_err()
                 .contains("hostPath")
         );
         let hooked = json!({"name": "step-hook", "env": jailed.clone(),
             "lifecycle": {"postStart": {"exec": {"command": ["curl", "x"]}}}});
-        assert!(check_pod(&pod(&jailed, &json!([]), hooked), "bookend-").is_err());
+        assert!(check_pod(&pod(&jailed, &json!([]), hooked), &Settings::default()).is_err());
+        // bookend's jail check runs in the jail (unlike its other steps), and must.
+        let check = json!({"name": "step-bookend-jail-check", "env": jailed.clone()});
+        assert_eq!(
+            check_pod(&pod(&jailed, &json!([]), check), &Settings::default()),
+            Ok(())
+        );
+        let unjailed = json!({"name": "step-bookend-jail-check"});
+        assert!(
+            check_pod(&pod(&jailed, &json!([]), unjailed), &Settings::default())
+                .unwrap_err()
+                .contains("step-bookend-jail-check")
+        );
     }
 
     /// The remote volume sources of Kubernetes' VolumeSource (all but the local ones).
@@ -738,11 +758,11 @@ mod tests {
             "volumes": [{"name": "ws-abc", "persistentVolumeClaim": {"claimName": "c"}},
                 {"name": "tekton-internal-workspace", "emptyDir": {}},
                 {"name": "bookend-store", "csi": {"driver": "secrets-store.csi.k8s.io"}}]}});
-        assert_eq!(check_pod(&base, "bookend-"), Ok(()));
+        assert_eq!(check_pod(&base, &Settings::default()), Ok(()));
         let with = |f: &dyn Fn(&mut Value)| {
             let mut pod = base.clone();
             f(&mut pod);
-            check_pod(&pod, "bookend-")
+            check_pod(&pod, &Settings::default())
         };
         // Tekton's results sidecar as a native sidecar is Tekton's.
         assert_eq!(

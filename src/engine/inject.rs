@@ -19,6 +19,25 @@ pub enum StepKind {
     Post(usize),
     Gate,
     Verdict,
+    /// Under `userSteps.network: None`: the step before the author's that runs nothing in
+    /// their jail ([`Helper::JailCheck`]).
+    JailCheck,
+}
+
+impl StepKind {
+    /// Whether the step is one of bookend's helpers (listed in [`Composed::helpers`]).
+    pub fn is_helper(self) -> bool {
+        matches!(self, Self::Gate | Self::Verdict | Self::JailCheck)
+    }
+
+    /// Who a helper step is for, as messages name it.
+    pub fn helper_owner(self) -> Option<&'static str> {
+        match self {
+            Self::Gate | Self::Verdict => Some("bookend (postStepsRun: Always)"),
+            Self::JailCheck => Some("bookend (userSteps.network: None)"),
+            Self::User(_) | Self::Pre(_) | Self::Post(_) => None,
+        }
+    }
 }
 
 /// The composed step list.
@@ -46,6 +65,13 @@ pub enum Helper {
     },
     /// The last step: every must-succeed step.
     Verdict { checks: Vec<Checked> },
+    /// Before the author's first step under `userSteps.network: None`: runs `:` in the jail
+    /// the author's steps run in (Tekton's entrypoint, `TEKTON_HERMETIC`), as the image's
+    /// user (root) under the Pod's security context. Tekton reports a step whose command ran
+    /// and exited 1 exactly as one its entrypoint could not start; this step's command cannot
+    /// fail, so when it fails the jail could not be set up on that node, and the TaskRun
+    /// fails naming it before any step of the author's starts.
+    JailCheck,
 }
 
 /// A must-succeed step: its index in the final list and its container name (`step-<name>`, or
@@ -145,6 +171,13 @@ fn compose_with(
             ));
         }
     }
+    if applied.iter().any(|p| p.spec.user_steps.hermetic()) {
+        let name = settings.jail_check_name();
+        sequence.push((
+            helper_step(settings, &name, &Helper::JailCheck),
+            StepKind::JailCheck,
+        ));
+    }
     for (u, step) in user.into_iter().enumerate() {
         sequence.push((step, StepKind::User(u)));
     }
@@ -166,6 +199,8 @@ fn compose_with(
     let mut checks = Vec::new();
     let mut continued = Vec::new();
     let mut must_succeed: Vec<Checked> = Vec::new();
+    // Gates so far (the jail check is a helper too, but not numbered with them).
+    let mut gates = 0;
     // The current gate: its index, its name, and how many must-succeed steps it covers.
     let mut gate: Option<(usize, String, usize)> = None;
     for (position, (mut step, kind)) in sequence.into_iter().enumerate() {
@@ -175,7 +210,8 @@ fn compose_with(
                     .as_ref()
                     .is_none_or(|(_, _, n)| *n != must_succeed.len())
                 {
-                    let name = settings.gate_name(helpers.len() + 1);
+                    gates += 1;
+                    let name = settings.gate_name(gates);
                     // Each gate checks the previous gate's result and only the must-succeed
                     // steps since, so gates stay small however many steps there are.
                     let (previous, since) = match &gate {
@@ -197,7 +233,13 @@ fn compose_with(
                 let (_, gate_name, _) = gate.as_ref().expect("a gate was just set");
                 append_when(&mut step, &gate_input(gate_name));
             }
-            if position < last && effective_on_error(&step, params) != "continue" {
+            // The jail check's `:` cannot exit non-zero: it fails only when its jail cannot be
+            // set up, and then Tekton's entrypoint skips every later step whatever `onError`
+            // says. Nothing to continue past, so no gate for it either.
+            if position < last
+                && kind != StepKind::JailCheck
+                && effective_on_error(&step, params) != "continue"
+            {
                 set_on_error_continue(&mut step);
                 let index = steps.len();
                 if let StepKind::User(u) = kind {
@@ -208,6 +250,12 @@ fn compose_with(
                     container: tekton::container_name(&step, index),
                 });
             }
+        }
+        if kind == StepKind::JailCheck
+            && let Some(name) = tekton::step_name(&step)
+        {
+            helpers.push(name.to_owned());
+            checks.push(Helper::JailCheck);
         }
         steps.push(step);
         kinds.push(kind);
@@ -347,6 +395,14 @@ pub fn helper_step(settings: &Settings, name: &str, spec: &Helper) -> Value {
             );
             shell_step(settings, name, script, None)
         }
+        Helper::JailCheck => {
+            // No securityContext of its own: the jail needs root with the runtime's default
+            // capabilities (Tekton maps every uid into it), as the author's steps do, so this
+            // step fails exactly where the node or the Pod's security context refuse it.
+            let mut step = shell_step(settings, name, ":".to_owned(), None);
+            super::hermetic::jail(&mut step);
+            return step;
+        }
     };
     step["securityContext"] = helper_security_context(settings);
     step
@@ -390,6 +446,7 @@ pub fn legacy_helper_step(settings: &Settings, name: &str, spec: &Helper) -> Val
             );
             shell_step(settings, name, script, None)
         }
+        Helper::JailCheck => helper_step(settings, name, spec),
     }
 }
 

@@ -590,7 +590,7 @@ fn keep_existing_forms(
     for (step, kind) in final_steps.iter_mut().zip(kinds) {
         let helper = match kind {
             StepKind::User(_) => continue,
-            StepKind::Gate | StepKind::Verdict => helper_checks.next(),
+            StepKind::Gate | StepKind::Verdict | StepKind::JailCheck => helper_checks.next(),
             StepKind::Pre(_) | StepKind::Post(_) => None,
         };
         let Some(existing) = tekton::step_name(step).and_then(|n| existing_by_name.get(n)) else {

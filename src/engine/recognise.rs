@@ -195,7 +195,8 @@ fn first_difference(steps: &[Value], composed: &Composed, settings: &Settings) -
         .enumerate()
         .filter(|(_, k)| !matches!(k, StepKind::User(_)))
         .map(|(i, k)| {
-            let helper = matches!(k, StepKind::Gate | StepKind::Verdict)
+            let helper = k
+                .is_helper()
                 .then(|| helpers.next().expect("one check per helper"));
             (i, helper)
         });
@@ -272,8 +273,7 @@ fn same_place(actual: &Value, composed: &Value, prefix: &str) -> bool {
 fn injector(composed: &Composed, index: usize, applied: &[&Policy]) -> Option<String> {
     match composed.kinds.get(index)? {
         StepKind::Pre(p) | StepKind::Post(p) => Some(applied[*p].id.to_string()),
-        StepKind::Gate | StepKind::Verdict => Some("bookend (postStepsRun: Always)".to_owned()),
-        StepKind::User(_) => None,
+        kind => kind.helper_owner().map(str::to_owned),
     }
 }
 

@@ -396,6 +396,9 @@ fn outcomes(states: &[Option<StepState<'_>>]) -> Vec<StepOutcome> {
 enum Owner {
     User,
     Helper,
+    /// bookend's step that runs nothing in the author's steps' jail ([`inject::Helper::JailCheck`]):
+    /// when it fails, the jail could not be set up.
+    JailCheck,
     /// The index into the verified policies, and pre or post.
     Org(usize, Place),
 }
@@ -458,22 +461,27 @@ impl Attempt {
             })
             .collect();
         let outcomes = outcomes(&states);
-        // A jailed user step that could not start: under `onError: continue` Tekton's
-        // entrypoint reports a command that ran and failed as `Continued`; `Failed` is left for
-        // a command it could not start, which for a jailed step is first the jail (user
-        // namespaces refused, or a non-root step), else a command missing from the image.
-        // Without `continue` such a step looks like one that exited 1, and is not told apart.
+        // A jailed step that could not start. bookend's jail check runs `:`, which cannot
+        // fail: when it failed, the jail could not be set up. For a user step under
+        // `onError: continue` Tekton's entrypoint reports a command that ran and failed as
+        // `Continued`; `Failed` is left for a command it could not start, which for a jailed
+        // step is first the jail (user namespaces refused, or a non-root step), else a command
+        // missing from the image. Without `continue` such a step looks like one that exited 1,
+        // and is not told apart (the jail check, which ran before it, passed).
         let jailed = covered
             .iter()
             .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
         let not_started: Vec<bool> = owners
             .iter()
             .enumerate()
-            .map(|(i, owner)| {
-                jailed
-                    && matches!(owner, Owner::User)
-                    && outcomes[i] == StepOutcome::Failed
-                    && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
+            .map(|(i, owner)| match owner {
+                Owner::JailCheck => outcomes[i] == StepOutcome::Failed,
+                Owner::User => {
+                    jailed
+                        && outcomes[i] == StepOutcome::Failed
+                        && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
+                }
+                Owner::Helper | Owner::Org(..) => false,
             })
             .collect();
         let pod = status
@@ -881,6 +889,7 @@ fn compose_owners(
             .map(|k| match k {
                 StepKind::User(_) => Owner::User,
                 StepKind::Gate | StepKind::Verdict => Owner::Helper,
+                StepKind::JailCheck => Owner::JailCheck,
                 StepKind::Pre(p) => Owner::Org(*p, Place::Pre),
                 StepKind::Post(p) => Owner::Org(*p, Place::Post),
             })
@@ -1093,6 +1102,9 @@ fn name_owners(
         .iter()
         .map(|s| {
             let name = tekton::step_name(s).unwrap_or_default();
+            if name == settings.jail_check_name() {
+                return Owner::JailCheck;
+            }
             if name.starts_with(prefix) && settings.is_helper_name(name) {
                 return Owner::Helper;
             }
@@ -1180,13 +1192,19 @@ impl Stop<'_> {
         }
     }
 
-    /// Why jailed user step `i` did not run.
+    /// Why jailed step `i` (a user step or the jail check) did not run.
     fn jail_failure(&self, i: usize) -> String {
         let pod = if self.pod.is_empty() {
             String::new()
         } else {
             format!(" in Pod {}", self.pod)
         };
+        if matches!(self.owners[i], Owner::JailCheck) {
+            return format!(
+                "the hermetic jail (userSteps.network: None) could not be set up{pod}: bookend's step {}, which runs nothing in the jail the TaskRun's steps run in, could not start — the node refuses user namespaces (a seccomp profile without CAP_SYS_ADMIN, user.max_user_namespaces=0, an AppArmor restriction), or the Pod's security context does (a non-root runAsUser); none of the TaskRun's own steps ran, with or without network",
+                self.names[i]
+            );
+        }
         format!(
             "user step {} could not start{pod}: the hermetic jail (userSteps.network: None) could not be set up — the node refuses user namespaces, or the step runs as a non-root user (or its command is not in the image); it did not run, with or without network",
             self.names[i]
@@ -1241,6 +1259,11 @@ impl Stop<'_> {
         }
         if let Some(j) = culprit {
             let name = &self.names[j];
+            if self.not_started[j] && matches!(self.owners[j], Owner::JailCheck) {
+                return format!(
+                    "the hermetic jail could not be set up (step {name} could not start)"
+                );
+            }
             if self.not_started[j] {
                 return format!("step {name} could not start in its hermetic jail");
             }

@@ -720,9 +720,14 @@ spec:
 /// Every step completed up to `build`, which ends as `build_state`; the rest skipped, as
 /// Tekton's entrypoint skips them after a step that wrote its `.err` post file.
 fn jailed_run(set: &PolicySet, build_state: Value, reason: &str) -> Verification {
+    jailed_run_at(set, "build", build_state, reason)
+}
+
+/// [`jailed_run`] where step `at` ends as `state`.
+fn jailed_run_at(set: &PolicySet, at: &str, build_state: Value, reason: &str) -> Verification {
     let object = admitted(set);
     let names = names(&object);
-    let build = names.iter().position(|n| n == "build").unwrap();
+    let build = names.iter().position(|n| n == at).unwrap();
     let steps = names
         .iter()
         .enumerate()
@@ -781,13 +786,61 @@ fn a_jailed_step_that_ran_and_failed_is_no_jail_failure() {
 }
 
 #[test]
-fn without_continue_a_jail_failure_looks_like_exit_1_and_is_not_claimed() {
+fn without_continue_a_step_that_exits_1_after_the_jail_check_is_not_a_jail_failure() {
     // OnSuccess: the step keeps `stopAndFail`, and Tekton's status is the same as for a
-    // command that exited 1: bookend does not guess.
+    // command that exited 1; the jail check before it passed, so the node set the jail up.
     let set = policies(&JAIL.replace("postStepsRun: Always", "postStepsRun: OnSuccess"));
     let v = jailed_run(&set, state("build", 1, "Error", "Error", 0), "Failed");
     let jail = policy(&v, "ClusterStepPolicy/jail");
     assert_eq!(jail.verdict, RunVerdict::Pass, "{jail:#?}");
+}
+
+#[test]
+fn a_jail_check_that_could_not_start_is_a_jail_failure_under_every_policy_kind() {
+    for run in ["OnSuccess", "Always"] {
+        let set = policies(&JAIL.replace("postStepsRun: Always", &format!("postStepsRun: {run}")));
+        // What Tekton reports when its entrypoint cannot start the check's `:` in the jail
+        // (runtime scenario 20, a node without user namespaces).
+        let v = jailed_run_at(
+            &set,
+            "bookend-jail-check",
+            state("bookend-jail-check", 1, "Error", "Error", 0),
+            "Failed",
+        );
+        let jail = policy(&v, "ClusterStepPolicy/jail");
+        assert_eq!(
+            jail.cause,
+            Some(Cause::HermeticJailFailed),
+            "{run}: {jail:#?}"
+        );
+        let reason = fail_reason(jail);
+        assert!(
+            reason.contains("the hermetic jail (userSteps.network: None) could not be set up in Pod run-1-pod: bookend's step bookend-jail-check"),
+            "{run}: {reason}"
+        );
+        // Said once, and the user step it kept from running is not blamed.
+        assert_eq!(
+            reason.matches("could not be set up in Pod").count(),
+            1,
+            "{run}: {reason}"
+        );
+        assert!(!reason.contains("user step build"), "{run}: {reason}");
+        if run == "Always" {
+            assert!(
+                reason.contains("org post-step bookend-publish did not run: the hermetic jail could not be set up (step bookend-jail-check could not start)"),
+                "{reason}"
+            );
+        }
+    }
+    // A jail check that ran is no failure: the author's step after it ran too.
+    let set = policies(&JAIL.replace("postStepsRun: Always", "postStepsRun: OnSuccess"));
+    let object = admitted(&set);
+    let steps = names(&object).iter().map(|n| completed(n)).collect();
+    let v = verified(&set, &finish(object, true, "Succeeded", steps));
+    assert_eq!(
+        policy(&v, "ClusterStepPolicy/jail").verdict,
+        RunVerdict::Pass
+    );
 }
 
 /// A TaskRun whose Task comes from a resolver, as admission marks it (record and label, no

@@ -97,12 +97,20 @@ impl Settings {
         name.starts_with(&self.reset_name(""))
     }
 
+    /// Name of the step bookend puts before the TaskRun's own steps under a
+    /// `userSteps.network: None` policy: it runs nothing, in the jail they run in, so that a
+    /// node that cannot set the jail up fails it, by name, before any of the author's steps.
+    pub fn jail_check_name(&self) -> String {
+        format!("{}jail-check", self.prefix)
+    }
+
     /// Whether `name` is one of bookend's own helper step names.
     pub fn is_helper_name(&self, name: &str) -> bool {
         let Some(rest) = name.strip_prefix(self.prefix.as_str()) else {
             return false;
         };
         rest == "verdict"
+            || rest == "jail-check"
             || rest
                 .strip_prefix("gate-")
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
@@ -448,6 +456,8 @@ mod tests {
         let s = Settings::default();
         assert!(s.is_helper_name("bookend-gate-1"));
         assert!(s.is_helper_name("bookend-verdict"));
+        assert!(s.is_helper_name("bookend-jail-check"));
+        assert!(!s.is_helper_name("bookend-jail-check-2"));
         assert!(!s.is_helper_name("bookend-gate-"));
         assert!(!s.is_helper_name("bookend-gate-x"));
         assert!(!s.is_helper_name("bookend-creds"));

@@ -179,6 +179,16 @@ pub fn scenario_hermetic(ctx: &mut Ctx) -> String {
     for run in &runs {
         assert_eq!(run.condition().0, "True", "{}", run.describe(env));
     }
+    // bookend's jail check ran `:` in the jail right before the TaskRun's step.
+    assert_eq!(
+        jailed.steps(),
+        [
+            ("bookend-h-fetch".to_owned(), "Completed".to_owned(), 0),
+            ("bookend-jail-check".to_owned(), "Completed".to_owned(), 0),
+            ("build".to_owned(), "Completed".to_owned(), 0),
+            ("bookend-h-publish".to_owned(), "Completed".to_owned(), 0),
+        ]
+    );
 
     // Under the policy: the org steps reached the server, the TaskRun's step reached nothing
     // and ran in a network namespace of its own.
@@ -253,8 +263,8 @@ pub fn scenario_hermetic(ctx: &mut Ctx) -> String {
 
 /// A node that refuses user namespaces (the stand-in's seccomp filter refusing
 /// `CLONE_NEWUSER`, as a runtime's default profile does without `CAP_SYS_ADMIN`): Tekton's
-/// entrypoint cannot build the jail, the step does not run (fail closed), and under an Always
-/// policy bookend's verdict says why.
+/// entrypoint cannot build the jail, bookend's jail check fails, the TaskRun's step does not
+/// run (fail closed), and under every policy kind bookend's verdict says why.
 fn no_user_namespaces(ctx: &Ctx) -> String {
     let env = &ctx.env;
     let on_such_a_node = |name: &str, labels: Value, build: Value| {
@@ -264,37 +274,40 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
         run
     };
     // OnSuccess only, and the same TaskRun whose step exits 1 on a node that allows them.
+    let before = jail_failures(ctx);
     let runs = env.run_all(&[
         on_such_a_node("no-userns", json!({}), build_step()),
         networked_taskrun(HERMETIC, "exits-1", json!([step("build", "exit 1")])),
     ]);
     let (refused, exits_1) = (&runs[0], &runs[1]);
-    // v1.15: StepFailed, `"step-build" exited with code 1: Error`; v0.62: Failed, without
-    // the container's reason.
-    let failed = |run: &Finished| {
+    // v1.15: StepFailed, `"step-S" exited with code 1: Error`; v0.62: Failed, without the
+    // container's reason.
+    let failed_at = |run: &Finished, step: &str| {
         let (status, _, message) = run.condition();
         assert_eq!(status, "False", "{}", run.describe(env));
         assert!(
-            message.starts_with("\"step-build\" exited with code 1"),
+            message.starts_with(&format!("\"step-{step}\" exited with code 1")),
             "{message}"
         );
     };
     let mut checks = Checks::default();
     checks.check(
-        "no user namespaces: the step does not start, fail closed",
+        "no user namespaces: the jail check fails, the TaskRun's step does not start, fail closed",
         || {
-            failed(refused);
+            // The TaskRun's own answer names bookend's jail check, not the author's step.
+            failed_at(refused, "bookend-jail-check");
             assert_eq!(
                 refused.steps(),
                 [
                     ("bookend-h-fetch".to_owned(), "Completed".to_owned(), 0),
-                    ("build".to_owned(), "Error".to_owned(), 1),
+                    ("bookend-jail-check".to_owned(), "Error".to_owned(), 1),
+                    ("build".to_owned(), "Skipped".to_owned(), 1),
                     ("bookend-h-publish".to_owned(), "Skipped".to_owned(), 1),
                 ]
             );
-            let log = refused.log(env, "build");
+            let log = refused.log(env, "bookend-jail-check");
             assert!(
-                log.contains("Error executing command: fork/exec /tekton/scripts/script-")
+                log.contains("Error executing command: fork/exec /bin/sh")
                     && log.contains("operation not permitted"),
                 "{log}"
             );
@@ -305,15 +318,38 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
         },
     );
     checks.check(
-        "no user namespaces, OnSuccess: Tekton's status is that of a step exiting 1",
+        "no user namespaces, OnSuccess: told apart from a step exiting 1, its own verdict reason",
         || {
-            assert_eq!(exits_1.condition(), refused.condition());
-            assert_eq!(exits_1.steps(), refused.steps());
-            // Not told apart: the OnSuccess post-step rightly skipped after a failure.
+            failed_at(exits_1, "build");
+            assert_ne!(exits_1.condition(), refused.condition());
+            // A step that ran and exited 1: the OnSuccess post-step rightly skipped.
             assert_eq!(
-                crate::verification::mark(env, refused),
+                crate::verification::mark(env, exits_1),
                 json!({"ClusterStepPolicy/rt-hermetic": "pass"})
             );
+            assert_eq!(
+                crate::verification::mark(env, refused),
+                json!({"ClusterStepPolicy/rt-hermetic": "fail"})
+            );
+            let pod = refused.object["status"]["podName"].as_str().unwrap_or_default();
+            let why = crate::verification::event(env, refused, "OrgStepsDidNotRun");
+            assert!(
+                why.contains(&format!(
+                    "ClusterStepPolicy/rt-hermetic: the hermetic jail (userSteps.network: None) could not be set up in Pod {pod}: bookend's step bookend-jail-check"
+                )),
+                "{why}"
+            );
+            let after = crate::kube::poll(
+                "the jail failure counted",
+                std::time::Duration::from_secs(30),
+                || {
+                    let after = jail_failures(ctx);
+                    (after > before)
+                        .then_some(after)
+                        .ok_or_else(|| "not yet".to_owned())
+                },
+            );
+            assert_eq!(after, before + 1.0);
         },
     );
     let mut always_outcome = String::from("Always: not run on this Tekton");
@@ -325,17 +361,9 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
             build_step(),
         ));
         checks.check("no user namespaces, Always: its own verdict reason", || {
-            failed(&run);
-            // `build` has `onError: continue` (bookend's, for the Always post-step), yet it
-            // failed rather than `Continued`: it never started.
-            let build = run.object["spec"]["taskSpec"]["steps"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .find(|s| s["name"] == "build")
-                .cloned()
-                .unwrap_or_default();
-            assert_eq!(build["onError"], "continue", "{build}");
+            failed_at(&run, "bookend-jail-check");
+            // Tekton's entrypoint skips every step after one it could not start, whatever
+            // `onError` says: the Always post-step too.
             assert_eq!(
                 run.steps()
                     .into_iter()
@@ -343,6 +371,7 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
                     .map(|(name, _, _)| name)
                     .collect::<Vec<_>>(),
                 [
+                    "build",
                     "bookend-gate-2",
                     "bookend-h-publish",
                     "bookend-ha-report",
@@ -358,13 +387,13 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
             let why = crate::verification::event(env, &run, "OrgStepsDidNotRun");
             assert!(
                 why.contains(&format!(
-                    "ClusterStepPolicy/rt-hermetic: user step build could not start in Pod {pod}: the hermetic jail (userSteps.network: None) could not be set up"
+                    "ClusterStepPolicy/rt-hermetic: the hermetic jail (userSteps.network: None) could not be set up in Pod {pod}: bookend's step bookend-jail-check"
                 )),
                 "{why}"
             );
             assert!(
                 why.contains(
-                    "ClusterStepPolicy/rt-hermetic-always: org post-step bookend-ha-report did not run: step build could not start in its hermetic jail"
+                    "ClusterStepPolicy/rt-hermetic-always: org post-step bookend-ha-report did not run: the hermetic jail could not be set up (step bookend-jail-check could not start)"
                 ),
                 "{why}"
             );

@@ -240,9 +240,20 @@ fn check_sealed(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Resul
     // step is, in order: the org's pre-steps, the author's, the org's post-steps.
     let body_end = steps.len() - usize::from(has_verdict);
     let mut rest = Vec::new();
+    let mut jail_check = None;
+    let hermetic = applied.iter().any(|p| p.spec.user_steps.hermetic());
     for i in 0..body_end {
         let name = tekton::step_name(&steps[i]).unwrap_or("");
-        if settings.is_helper_name(name) && !name.ends_with("verdict") {
+        if name == settings.jail_check_name() {
+            if !hermetic || jail_check.replace(i).is_some() {
+                return Err(format!(
+                    "step {i} ({name}): a jail check where none belongs"
+                ));
+            }
+            helpers
+                .check_jail_check(&effective[i])
+                .map_err(|e| format!("step {i} ({name}): {e}"))?;
+        } else if settings.is_helper_name(name) && !name.ends_with("verdict") {
             helpers
                 .check(&effective[i], true)
                 .map_err(|e| format!("step {i} ({name}): {e}"))?;
@@ -258,6 +269,22 @@ fn check_sealed(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Resul
         ));
     }
     let post_start = rest.len() - post.len();
+    // Under hermetic user steps, bookend's jail check runs right before the author's first
+    // step (a gate may stand between them under Always).
+    if hermetic {
+        let first_author = rest[pre.len()];
+        let at = jail_check.ok_or("hermetic user steps without bookend's jail check")?;
+        if at > first_author
+            || (at + 1..first_author).any(|j| {
+                let n = tekton::step_name(&steps[j]).unwrap_or("");
+                !(settings.is_helper_name(n) && n != settings.jail_check_name())
+            })
+        {
+            return Err(format!(
+                "the jail check (step {at}) is not right before the author's first step ({first_author})"
+            ));
+        }
+    }
     for (k, &i) in rest.iter().enumerate() {
         let name = tekton::step_name(&steps[i]).unwrap_or("");
         let org = if k < pre.len() {
@@ -418,6 +445,35 @@ impl Helpers {
             && when.get("operator") == Some(&json!("in"))
             && when.get("values") == Some(&json!(["true"])))
         .then(|| name.to_owned())
+    }
+
+    /// bookend's jail check: `:` in the helper image, jailed as the author's steps are (the
+    /// two entries, literal, last), no securityContext (the jail needs the image's root user),
+    /// and at most a condition on one of bookend's gates.
+    fn check_jail_check(&self, step: &Value) -> Result<(), String> {
+        let c = canonical(step);
+        let keys: Vec<&String> = c
+            .as_object()
+            .map(|o| o.keys().collect())
+            .unwrap_or_default();
+        let whens = c["when"].as_array().cloned().unwrap_or_default();
+        if c["name"] != json!(format!("{}jail-check", self.prefix))
+            || c["image"] != json!(self.image)
+            || c["command"] != json!(["/bin/sh", "-c"])
+            || c["args"] != json!([":"])
+            || c["env"]
+                != canonical(
+                    &json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME"}]),
+                )
+            || whens.len() > 1
+            || whens.iter().any(|w| self.gate_of(w).is_none())
+            || keys
+                .iter()
+                .any(|k| !["args", "command", "env", "image", "name", "when"].contains(&k.as_str()))
+        {
+            return Err(format!("not bookend's jail check: {c}"));
+        }
+        Ok(())
     }
 
     /// A step is one of bookend's gates (`gate`) or its verdict, written by bookend.
@@ -622,7 +678,8 @@ fn without_marks(taskrun: &Value) -> Value {
 /// I9: under a policy with `userSteps.network: None`, every step of the author's is jailed as
 /// the kubelet and Tekton's entrypoint read its env (the last entry of a name, `env` over
 /// `envFrom`; `TEKTON_HERMETIC` "1" and `TEKTON_RESOURCE_NAME` empty, both literal), runs
-/// nothing outside the entrypoint, and no org step is jailed; nothing that runs beside the steps
+/// nothing outside the entrypoint, and no org step is jailed (bookend's jail check is, like the
+/// author's steps); nothing that runs beside the steps
 /// with the network (sidecars) or gives them a socket of the node (hostPath) is admitted.
 fn check_hermetic(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Result<(), String> {
     if !applied.iter().any(|p| p.spec.user_steps.hermetic()) {
@@ -644,7 +701,9 @@ fn check_hermetic(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Res
         let env: Vec<Value> = step["env"].as_array().cloned().unwrap_or_default();
         let hermetic = last(&env, "TEKTON_HERMETIC");
         let resource = last(&env, "TEKTON_RESOURCE_NAME");
-        if name.starts_with(prefix) {
+        // bookend's jail check runs `:` in the jail, as the author's steps run.
+        let jail_check = name == format!("{prefix}jail-check");
+        if name.starts_with(prefix) && !jail_check {
             if literal(&hermetic, "1") {
                 return Err(format!("org step {name} is jailed"));
             }

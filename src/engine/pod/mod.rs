@@ -121,7 +121,7 @@ pub fn check_pod(
                 }
             })?;
         if let Some(policy) = hermetic::requiring(&policies) {
-            hermetic::check_pod(pod, &set.settings().prefix).map_err(|e| Denial {
+            hermetic::check_pod(pod, set.settings()).map_err(|e| Denial {
                 message: format!(
                     "bookend: the Pod of TaskRun {namespace}/{name}: {e}; {} requires the TaskRun's own steps to run without network and org steps to keep it. Create the TaskRun again with inline steps bookend can jail, on a Linux node (no StepActions, sidecars, init containers, network or hostPath volumes, or podTemplate env for TEKTON_HERMETIC or TEKTON_RESOURCE_NAME)",
                     policy.id
@@ -695,12 +695,12 @@ fn check_against(
             }
             StepKind::User(_) => continue,
             StepKind::Pre(p) | StepKind::Post(p) => (policies[*p].id.to_string(), Vec::new()),
-            StepKind::Gate | StepKind::Verdict => {
+            StepKind::Gate | StepKind::Verdict | StepKind::JailCheck => {
                 let (name, spec) = helpers
                     .next()
                     .expect("the composition lists each of its helpers");
                 (
-                    "bookend (postStepsRun: Always)".to_owned(),
+                    kind.helper_owner().unwrap_or("bookend").to_owned(),
                     inject::earlier_helper_steps(settings, name, spec).to_vec(),
                 )
             }
@@ -1381,6 +1381,59 @@ spec:
                 "{says}: {e}"
             );
             assert!(e.contains("on a Linux node"), "{e}");
+        }
+    }
+
+    /// The jail check is one of bookend's containers: there, in place, as composed. Run with
+    /// other content or without its jail it would prove nothing (or run the author's code
+    /// under bookend's name); without it a jail failure would look like the author's exit 1.
+    #[test]
+    fn the_jail_check_container_is_bookends_as_composed() {
+        for run in ["OnSuccess", "Always"] {
+            let hermetic = ALWAYS.replace(
+                "postStepsRun: Always",
+                &format!("postStepsRun: {run}\n  userSteps: {{network: None}}"),
+            );
+            let set = policies(&hermetic);
+            let (taskrun, pod) = admitted_under(&hermetic, inline());
+            let check = |pod: &Value| check_pod(pod, &taskrun, &set, &Catalog::default());
+            assert_eq!(check(&pod), Ok(Vec::new()), "{run}");
+            let containers = pod["spec"]["containers"].as_array().unwrap();
+            let at = containers
+                .iter()
+                .position(|c| c["name"] == "step-bookend-jail-check")
+                .unwrap_or_else(|| panic!("{run}: no jail check in {pod}"));
+            assert_eq!(containers[at + 1]["name"], "step-build", "{run}");
+            type Change<'c> = &'c dyn Fn(&mut Value);
+            let changes: Vec<(Change, &str)> = vec![
+                (
+                    &|c| c["args"] = json!(["curl http://exfil"]),
+                    "step-bookend-jail-check",
+                ),
+                (&|c| c["env"] = json!([]), "step-bookend-jail-check"),
+                (
+                    &|c| c["image"] = json!("docker.io/author/tools"),
+                    "step-bookend-jail-check",
+                ),
+            ];
+            for (change, says) in changes {
+                let mut changed = pod.clone();
+                change(&mut changed["spec"]["containers"][at]);
+                let e = check(&changed).map_err(|d| d.message).expect_err(&format!(
+                    "{run}: admitted {}",
+                    changed["spec"]["containers"][at]
+                ));
+                assert!(e.contains(says), "{run}: {says}: {e}");
+            }
+            let mut removed = pod.clone();
+            removed["spec"]["containers"]
+                .as_array_mut()
+                .unwrap()
+                .remove(at);
+            assert!(
+                check(&removed).is_err(),
+                "{run}: admitted without the jail check"
+            );
         }
     }
 }

@@ -22,16 +22,43 @@ fn env_of(step: &Value) -> &[Value] {
         .map_or(&[][..], Vec::as_slice)
 }
 
-/// Every author step is jailed and no step of bookend's is.
+/// Every author step is jailed, and bookend's jail check, right before the first of them; no
+/// other step of bookend's is.
 fn assert_jailed(object: &Value, prefix: &str) {
-    for step in steps_of(object) {
+    assert_steps_jailed(steps_of(object), prefix);
+}
+
+fn assert_steps_jailed(steps: &[Value], prefix: &str) {
+    let check = format!("{prefix}jail-check");
+    for step in steps {
         let name = tekton::step_name(step).unwrap_or("");
         assert_eq!(
             effectively_jailed(env_of(step)),
-            !name.starts_with(prefix),
+            !name.starts_with(prefix) || name == check,
             "{name}: {step}"
         );
     }
+    let named: Vec<&str> = steps
+        .iter()
+        .map(|s| tekton::step_name(s).unwrap_or(""))
+        .collect();
+    let first_user = named.iter().position(|n| !n.starts_with(prefix)).unwrap();
+    assert_eq!(
+        named.iter().filter(|n| **n == check).count(),
+        1,
+        "{named:?}"
+    );
+    // Right before the author's first step, with no gate of its own (Always).
+    let at = first_user.checked_sub(1).filter(|&i| named[i] == check);
+    assert!(
+        at.is_some(),
+        "the jail check is not right before {}: {named:?}",
+        named[first_user]
+    );
+    let check_step = &steps[at.unwrap()];
+    assert!(check_step.get("onError").is_none(), "{check_step}");
+    assert_eq!(check_step["args"], json!([":"]), "{check_step}");
+    assert!(check_step.get("securityContext").is_none(), "{check_step}");
 }
 
 #[test]
@@ -187,14 +214,7 @@ fn remote_tasks_are_jailed_at_the_dry_run_or_refused() {
         &Catalog::default(),
     );
     assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
-    for step in d.object["spec"]["steps"].as_array().unwrap() {
-        let name = step["name"].as_str().unwrap();
-        assert_eq!(
-            effectively_jailed(env_of(step)),
-            !name.starts_with("bookend-"),
-            "{name}"
-        );
-    }
+    assert_steps_jailed(d.object["spec"]["steps"].as_array().unwrap(), "bookend-");
     // A policy whose criteria read the TaskRun cannot reach the resolved Task: refused.
     let labelled = policies(&HERMETIC.replace(
         "postStepsRun: Always",

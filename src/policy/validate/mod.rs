@@ -698,7 +698,7 @@ mod tests {
         assert_eq!(
             m,
             [
-                r#"spec.postSteps[0].name: step name "bookend-gate-2" is reserved for bookend's own gate and verdict steps"#
+                r#"spec.postSteps[0].name: step name "bookend-gate-2" is reserved for bookend's own helper steps (gates, verdict, jail check)"#
             ]
         );
         let custom = Settings {
@@ -806,7 +806,7 @@ mod tests {
             r#"spec.preSteps[2].ref.resolver: missing field(s): resolver params need a resolver"#,
             r#"spec.preSteps[3].ref: expected exactly one, got both: ref.name, ref.resolver"#,
             r#"spec.preSteps[4].ref.name: invalid value "Not_A_Name": a StepAction name must be a Kubernetes name"#,
-            r#"spec.preSteps[5].name: step name "bookend-verdict" is reserved for bookend's own gate and verdict steps"#,
+            r#"spec.preSteps[5].name: step name "bookend-verdict" is reserved for bookend's own helper steps (gates, verdict, jail check)"#,
             r#"spec.preSteps[6].name: step name "bookend-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" is 59 characters; at most 58 are allowed (Tekton cuts container names at 63 characters, "step-" included)"#,
         ];
         assert_eq!(messages(&check_spec(&spec, &settings())), expected);

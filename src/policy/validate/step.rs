@@ -94,7 +94,9 @@ fn name(step: &Step, at: &FieldPath, cx: &Context<'_>, errs: &mut Errors) {
     if cx.settings.is_helper_name(name) {
         errs.add(
             &at,
-            format!("step name {name:?} is reserved for bookend's own gate and verdict steps"),
+            format!(
+                "step name {name:?} is reserved for bookend's own helper steps (gates, verdict, jail check)"
+            ),
         );
     }
     if cx.settings.is_reset_name(name) {
