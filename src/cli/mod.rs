@@ -140,7 +140,7 @@ pub struct EngineArgs {
     /// Step-name prefix reserved for injected steps.
     #[arg(long, default_value = crate::policy::DEFAULT_PREFIX, env = "BOOKEND_RESERVED_PREFIX")]
     pub reserved_prefix: String,
-    /// Image of the gate and verdict steps of `postStepsRun: Always` (needs /bin/sh).
+    /// Image of the gate and verdict steps of `postStepsRun: Always` and of the jail check of `userSteps.network: None` (needs /bin/sh).
     #[arg(long, default_value = crate::policy::DEFAULT_HELPER_IMAGE, env = "BOOKEND_HELPER_IMAGE")]
     pub helper_image: String,
     /// User ID the gate and verdict steps run as (their securityContext meets Pod Security

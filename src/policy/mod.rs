@@ -35,7 +35,8 @@ use crate::tekton::cluster::Cluster;
 pub struct Settings {
     /// Reserved step-name prefix: only bookend's steps may use it.
     pub prefix: String,
-    /// Image of the gate and verdict steps of `postStepsRun: Always` (needs `/bin/sh`).
+    /// Image of the gate and verdict steps of `postStepsRun: Always` and of the jail check of
+    /// `userSteps.network: None` (needs `/bin/sh`).
     pub helper_image: String,
     /// The user the gate and verdict steps run as (`runAsUser` of their restricted
     /// securityContext); `None` leaves it to the platform (OpenShift assigns one per namespace).
@@ -54,7 +55,7 @@ pub struct Settings {
 
 /// Default reserved prefix.
 pub const DEFAULT_PREFIX: &str = "bookend-";
-/// Default helper image for gate and verdict steps.
+/// Default helper image for the gate, verdict and jail check steps.
 pub const DEFAULT_HELPER_IMAGE: &str = "docker.io/library/busybox:1.37";
 /// Default user of the gate and verdict steps (not root: Pod Security `restricted` requires it).
 pub const DEFAULT_HELPER_RUN_AS_USER: i64 = 65532;
