@@ -197,6 +197,9 @@ pub fn check(
             }
         }
     }
+    for (i, step) in user.iter().enumerate() {
+        check_step_identity(step, template, &format!("spec.taskSpec.steps[{i}]"), policy)?;
+    }
     if !list(task_spec.get("sidecars")).is_empty() {
         return Err(Denial::field(
             "spec.taskSpec.sidecars",
@@ -219,6 +222,134 @@ fn why(policy: &Policy, what: &str) -> String {
         "{} requires the TaskRun's own steps to run without network (userSteps.network: None), and {what}",
         policy.id
     )
+}
+
+/// Why a step that is not root, or lacks `CAP_SETUID`/`CAP_SETGID`, never runs in the jail.
+const NEEDS_ROOT: &str = "Tekton's entrypoint maps every user and group id into the jail's user namespace, which only root with the CAP_SETUID and CAP_SETGID capabilities may do (runtime scenario 20: a step with runAsUser 1000 fails to start), so the step could never run";
+
+/// A securityContext field of a step as Tekton's stepTemplate merge leaves it (the step's own
+/// value, else the template's): the value and where it was written.
+fn step_field<'v>(
+    step: &'v Value,
+    template: Option<&'v Value>,
+    at: &str,
+    path: &str,
+) -> Option<(&'v Value, String)> {
+    let pointer = format!("/securityContext/{}", path.replace('.', "/"));
+    let own = step.pointer(&pointer).filter(|v| !v.is_null());
+    match own {
+        Some(v) => Some((v, format!("{at}.securityContext.{path}"))),
+        None => template?
+            .pointer(&pointer)
+            .filter(|v| !v.is_null())
+            .map(|v| {
+                (
+                    v,
+                    format!("spec.taskSpec.stepTemplate.securityContext.{path}"),
+                )
+            }),
+    }
+}
+
+/// Refuses, where the TaskRun writes it, what keeps an author's step from ever starting in its
+/// jail: a non-root user (`runAsUser` other than 0, `runAsNonRoot: true`: the kubelet refuses
+/// a root image then, and a non-root one cannot map the ids) or dropped `SETUID`/`SETGID`
+/// capabilities. Without this the step fails like one that exited 1. (A stricter seccomp
+/// profile may refuse user namespaces too; whether it does is the runtime's, and bookend's jail
+/// check reports it.)
+fn check_step_identity(
+    step: &Value,
+    template: Option<&Value>,
+    at: &str,
+    policy: &Policy,
+) -> Result<(), Denial> {
+    let refuse = |field: String, what: String| {
+        Err(Denial::field(
+            field,
+            why(
+                policy,
+                &format!(
+                    "{what}: {NEEDS_ROOT}; run the step as root (runAsUser 0) with the default capabilities, or make it an org step"
+                ),
+            ),
+        ))
+    };
+    if let Some((user, field)) = step_field(step, template, at, "runAsUser")
+        && user.as_i64() != Some(0)
+    {
+        return refuse(field, format!("the step runs as user {user}"));
+    }
+    if let Some((non_root, field)) = step_field(step, template, at, "runAsNonRoot")
+        && non_root.as_bool() == Some(true)
+    {
+        return refuse(field, "the step must run as a non-root user".to_owned());
+    }
+    if let Some((drop, field)) = step_field(step, template, at, "capabilities.drop") {
+        for (k, capability) in list(Some(drop)).iter().enumerate() {
+            let name = capability.as_str().unwrap_or("").to_ascii_uppercase();
+            let name = name.strip_prefix("CAP_").unwrap_or(&name);
+            if matches!(name, "ALL" | "SETUID" | "SETGID") {
+                return refuse(
+                    format!("{field}[{k}]"),
+                    format!("the step drops {capability}"),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a Pod-level securityContext (the TaskRun's podTemplate, else the platform's
+/// default-pod-template: Tekton takes the whole field from one of them) that runs the Pod's
+/// containers as non-root: bookend's jail check, which sets no user of its own, could never
+/// start in the jail, nor could any step that does not set root itself.
+fn check_pod_identity(
+    run_spec: Option<&Value>,
+    platform: Option<&Value>,
+    policy: &Policy,
+) -> Result<(), Denial> {
+    let own = run_spec
+        .and_then(|s| s.pointer("/podTemplate/securityContext"))
+        .filter(|c| !c.is_null());
+    let (context, at) = match own {
+        Some(c) => (c, "spec.podTemplate.securityContext"),
+        None => match platform
+            .and_then(|p| p.get("securityContext"))
+            .filter(|c| !c.is_null())
+        {
+            Some(c) => (
+                c,
+                "Tekton's default-pod-template (ConfigMap config-defaults) securityContext",
+            ),
+            None => return Ok(()),
+        },
+    };
+    let what = if context
+        .get("runAsUser")
+        .is_some_and(|u| !u.is_null() && u.as_i64() != Some(0))
+    {
+        (
+            "runAsUser",
+            format!("the Pod runs as user {}", context["runAsUser"]),
+        )
+    } else if context.get("runAsNonRoot").and_then(Value::as_bool) == Some(true) {
+        (
+            "runAsNonRoot",
+            "the Pod must run as a non-root user".to_owned(),
+        )
+    } else {
+        return Ok(());
+    };
+    Err(Denial::field(
+        format!("{at}.{}", what.0),
+        why(
+            policy,
+            &format!(
+                "{}: {NEEDS_ROOT}, nor could bookend's jail check; leave the Pod's user to the steps' images (root), or drop userSteps.network: None",
+                what.1
+            ),
+        ),
+    ))
 }
 
 /// The first volume source of `volume` (a Volume, or a workspace binding when `extra` holds
@@ -369,6 +500,7 @@ pub fn check_run(
         &["volumeClaimTemplate"],
         policy,
     )?;
+    check_pod_identity(run_spec, platform, policy)?;
     // Tekton builds a Windows Pod when the TaskRun's nodeSelector says so (`usesWindows`), and
     // the scheduler places the Pod by the merged podTemplate: neither may leave Linux.
     check_linux(pod_template, "spec.podTemplate", policy)?;

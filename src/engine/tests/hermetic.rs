@@ -409,3 +409,102 @@ spec:
         fields[2]
     );
 }
+
+/// A step that is not root, or lacks `CAP_SETUID`/`CAP_SETGID`, can never start in the jail
+/// (Tekton maps every id into it): refused where the TaskRun writes it, the step's own value
+/// over the stepTemplate's, and the Pod's (which bookend's jail check runs with) from the
+/// TaskRun's podTemplate or else the platform's.
+#[test]
+fn a_step_that_could_never_start_in_the_jail_is_refused_naming_the_field() {
+    let set = policies(HERMETIC);
+    let with = |step_context: Value, template_context: Option<Value>, pod: Option<Value>| {
+        let mut object = taskrun(json!([
+            {"name": "build", "image": "go", "securityContext": step_context}
+        ]));
+        if let Some(t) = template_context {
+            object["spec"]["taskSpec"]["stepTemplate"] = json!({"securityContext": t});
+        }
+        if let Some(p) = pod {
+            object["spec"]["podTemplate"] = json!({"securityContext": p});
+        }
+        object
+    };
+    let refused = [
+        (
+            with(json!({"runAsUser": 1000}), None, None),
+            "spec.taskSpec.steps[0].securityContext.runAsUser",
+        ),
+        (
+            with(json!({}), Some(json!({"runAsNonRoot": true})), None),
+            "spec.taskSpec.stepTemplate.securityContext.runAsNonRoot",
+        ),
+        (
+            with(
+                json!({"capabilities": {"drop": ["NET_RAW", "ALL"]}}),
+                None,
+                None,
+            ),
+            "spec.taskSpec.steps[0].securityContext.capabilities.drop[1]",
+        ),
+        (
+            with(
+                json!({"capabilities": {"drop": ["cap_setgid"]}}),
+                None,
+                None,
+            ),
+            "spec.taskSpec.steps[0].securityContext.capabilities.drop[0]",
+        ),
+        // The step's own root does not help the jail check, which runs as the Pod says.
+        (
+            with(
+                json!({"runAsUser": 0}),
+                None,
+                Some(json!({"runAsUser": 65532})),
+            ),
+            "spec.podTemplate.securityContext.runAsUser",
+        ),
+        (
+            with(json!({}), None, Some(json!({"runAsNonRoot": true}))),
+            "spec.podTemplate.securityContext.runAsNonRoot",
+        ),
+    ];
+    for (object, field) in refused {
+        let m = denied(&set, &object, field);
+        assert!(
+            m.contains("user namespace") && m.contains("userSteps.network: None"),
+            "{m}"
+        );
+    }
+    // The step's own value wins over the template's; root and other capabilities are fine.
+    let admitted = [
+        with(
+            json!({"runAsNonRoot": false, "runAsUser": 0}),
+            Some(json!({"runAsNonRoot": true, "runAsUser": 1000})),
+            None,
+        ),
+        with(json!({"capabilities": {"drop": ["NET_RAW"]}}), None, None),
+        with(
+            json!({}),
+            None,
+            Some(json!({"runAsUser": 0, "fsGroup": 1000})),
+        ),
+    ];
+    for object in admitted {
+        let d = run(&set, &object);
+        assert_eq!(d.outcome, Outcome::Mutated, "{:?}: {object}", d.message);
+    }
+    // The platform's default-pod-template (a TaskRun may not replace its securityContext).
+    let mut catalog = Catalog::default();
+    catalog.add_objects(
+        &[json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "config-defaults", "namespace": "tekton-pipelines"},
+            "data": {"default-pod-template": "securityContext:\n  runAsNonRoot: true\n"}})],
+        "tekton-pipelines",
+    );
+    denied_with(
+        &set,
+        &build_taskrun(),
+        &catalog,
+        "default-pod-template (ConfigMap config-defaults) securityContext.runAsNonRoot",
+    );
+}
