@@ -13,7 +13,7 @@ use std::sync::{Mutex, OnceLock};
 use serde_json::{Value, json};
 
 use crate::kube::cluster_policy;
-use crate::runs::{Checks, Finished, TRACE, script_step, step, taskrun};
+use crate::runs::{Checks, Env, Finished, TRACE, script_step, step, taskrun};
 use crate::scenarios::Ctx;
 
 pub const HERMETIC: &str = "rt-hermetic";
@@ -351,25 +351,8 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
                 crate::verification::mark(env, refused),
                 json!({"ClusterStepPolicy/rt-hermetic": "fail"})
             );
-            let pod = refused.object["status"]["podName"].as_str().unwrap_or_default();
-            let why = crate::verification::event(env, refused, "OrgStepsDidNotRun");
-            assert!(
-                why.contains(&format!(
-                    "ClusterStepPolicy/rt-hermetic: the hermetic jail (userSteps.network: None) could not be set up in Pod {pod}: bookend's step bookend-jail-check"
-                )),
-                "{why}"
-            );
-            let after = crate::kube::poll(
-                "the jail failure counted",
-                std::time::Duration::from_secs(30),
-                || {
-                    let after = jail_failures(ctx);
-                    (after > before)
-                        .then_some(after)
-                        .ok_or_else(|| "not yet".to_owned())
-                },
-            );
-            assert_eq!(after, before + 1.0);
+            jail_check_named(env, refused);
+            assert_one_more_jail_failure(ctx, before);
         },
     );
     let mut always_outcome = String::from("Always: not run on this Tekton");
@@ -403,31 +386,14 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
                 json!({"ClusterStepPolicy/rt-hermetic": "fail",
                        "ClusterStepPolicy/rt-hermetic-always": "fail"})
             );
-            let pod = run.object["status"]["podName"].as_str().unwrap_or_default();
-            let why = crate::verification::event(env, &run, "OrgStepsDidNotRun");
-            assert!(
-                why.contains(&format!(
-                    "ClusterStepPolicy/rt-hermetic: the hermetic jail (userSteps.network: None) could not be set up in Pod {pod}: bookend's step bookend-jail-check"
-                )),
-                "{why}"
-            );
+            let why = jail_check_named(env, &run);
             assert!(
                 why.contains(
                     "ClusterStepPolicy/rt-hermetic-always: org post-step bookend-ha-report did not run: the hermetic jail could not be set up (step bookend-jail-check could not start)"
                 ),
                 "{why}"
             );
-            let after = crate::kube::poll(
-                "the jail failure counted",
-                std::time::Duration::from_secs(30),
-                || {
-                    let after = jail_failures(ctx);
-                    (after > before)
-                        .then_some(after)
-                        .ok_or_else(|| "not yet".to_owned())
-                },
-            );
-            assert_eq!(after, before + 1.0);
+            assert_one_more_jail_failure(ctx, before);
         });
         always_outcome = format!("Always: {:?}", run.condition());
     }
@@ -436,6 +402,35 @@ fn no_user_namespaces(ctx: &Ctx) -> String {
         "no user namespaces: {:?}, not started; {always_outcome}",
         refused.condition()
     )
+}
+
+/// The `OrgStepsDidNotRun` Event of `run`, which names the jail check's failure in its Pod for
+/// the hermetic policy.
+fn jail_check_named(env: &Env, run: &Finished) -> String {
+    let pod = run.object["status"]["podName"].as_str().unwrap_or_default();
+    let why = crate::verification::event(env, run, "OrgStepsDidNotRun");
+    assert!(
+        why.contains(&format!(
+            "ClusterStepPolicy/rt-hermetic: the hermetic jail (userSteps.network: None) could not be set up in Pod {pod}: bookend's step bookend-jail-check"
+        )),
+        "{why}"
+    );
+    why
+}
+
+/// bookend counted one more `hermetic_jail_failed` verdict for the hermetic policy than `before`.
+fn assert_one_more_jail_failure(ctx: &Ctx, before: f64) {
+    let after = crate::kube::poll(
+        "the jail failure counted",
+        std::time::Duration::from_secs(30),
+        || {
+            let after = jail_failures(ctx);
+            (after > before)
+                .then_some(after)
+                .ok_or_else(|| "not yet".to_owned())
+        },
+    );
+    assert_eq!(after, before + 1.0);
 }
 
 /// bookend's count of `hermetic_jail_failed` verdicts for the hermetic policy.
