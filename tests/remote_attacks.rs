@@ -286,11 +286,12 @@ fn held_pod_backstop_refuses_step_template_merged_into_org_containers() {
     assert!(r.is_err());
 }
 
-/// DoS (not a bypass): Tekton substitutes every `$(params.x)` the TaskRun passes, declared by
-/// the Task or not (`replacementsFromParams(tr.Spec.Params)`); bookend's `Substitutions` only
-/// those the Task declares. A user step reading an undeclared param the TaskRun passes: Tekton
-/// leaves nothing for bookend to do, so this one HOLDS; the mismatch bites an org step that
-/// reads a param the resolved Task does not declare (every such TaskRun fails verification).
+/// HELD: Tekton substitutes every `$(params.x)` the TaskRun passes, declared by the Task or not
+/// (`replacementsFromParams(tr.Spec.Params)`); bookend's `Substitutions` only those the Task
+/// declares. A user step reading an undeclared param the TaskRun passes is the author's, which
+/// verification does not compare. An org step reading a param the resolved Task does not
+/// declare never gets that far: the dry-run refuses the Task (`non-existent variable … the
+/// TaskRun neither passes it nor does its Task declare it`), since it cannot see the TaskRun.
 #[test]
 fn held_undeclared_param_in_user_step() {
     let set = set();
