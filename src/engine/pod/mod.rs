@@ -701,7 +701,7 @@ fn check_against(
                     .expect("the composition lists each of its helpers");
                 (
                     kind.helper_owner().unwrap_or("bookend").to_owned(),
-                    inject::earlier_helper_steps(settings, name, spec).to_vec(),
+                    inject::earlier_helper_steps(settings, name, spec),
                 )
             }
         };

