@@ -299,3 +299,154 @@ fn a_step_template_whose_env_is_not_a_list_leaves_no_step_unjailed() {
         }
     }
 }
+
+/// A namespace-level hermetic Always policy (so it reaches a resolved Task at the dry-run).
+const REMOTE_HERMETIC: &str = r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: jail, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  postStepsRun: Always
+  userSteps: {network: None}
+  preSteps: [{name: bookend-fetch, image: alpine}]
+  postSteps: [{name: bookend-publish, image: alpine}]
+"#;
+
+/// A remote TaskRun as admitted, and the spec its resolved `task_spec` has after bookend's
+/// dry-run mutation, with the step result paths substituted as Tekton's controller does.
+fn remote_run(set: &PolicySet, task_spec: Value) -> (Value, Value) {
+    let d = run(
+        set,
+        &json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+                "metadata": {"generateName": "run-", "namespace": "team-a"},
+                "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}}),
+    );
+    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    object["metadata"]["uid"] = json!("u-1");
+    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"},
+                      "spec": task_spec});
+    let resolved = super::decide_resolved_task(
+        super::Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        set,
+        &Catalog::default(),
+    );
+    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
+    let mut spec = resolved.object["spec"].clone();
+    for step in spec["steps"].as_array_mut().unwrap() {
+        let name = step["name"].as_str().unwrap().to_owned();
+        let text = step.to_string().replace(
+            "$(step.results.ok.path)",
+            &format!("/tekton/steps/step-{name}/results/ok"),
+        );
+        *step = serde_json::from_str(&text).unwrap();
+    }
+    (object, spec)
+}
+
+fn step_state(name: &str, exit: i64, reason: &str, termination: &str) -> Value {
+    json!({"name": name, "container": format!("step-{name}"),
+        "terminated": {"exitCode": exit, "reason": reason,
+            "startedAt": "2026-02-01T10:00:00Z", "finishedAt": "2026-02-01T10:00:01Z"},
+        "terminationReason": termination})
+}
+
+/// `object` finished with `task_spec` as the Task that ran: every step before `at` completed,
+/// `at` ended `Error` with exit code 1 (the entrypoint could not start it), the rest skipped.
+fn failed_at(object: &Value, task_spec: &Value, at: &str) -> Value {
+    let names: Vec<String> = task_spec["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    let failed = names.iter().position(|n| n == at).unwrap();
+    let states: Vec<Value> = names
+        .iter()
+        .enumerate()
+        .map(|(i, n)| match i.cmp(&failed) {
+            std::cmp::Ordering::Less => step_state(n, 0, "Completed", "Completed"),
+            std::cmp::Ordering::Equal => step_state(n, 1, "Error", "Error"),
+            std::cmp::Ordering::Greater => step_state(n, 0, "Completed", "Skipped"),
+        })
+        .collect();
+    let mut object = object.clone();
+    object["status"] = json!({
+        "conditions": [{"type": "Succeeded", "status": "False", "reason": "Failed",
+            "message": "\"step-bookend-jail-check\" exited with code 1"}],
+        "podName": "run-1-pod",
+        "steps": states,
+        "taskSpec": task_spec,
+    });
+    object
+}
+
+/// Attack (claim 3, remote path): a resolved Task whose own step reads a param whose default
+/// names another param. Tekton substitutes params in one pass (`strings.Replacer`), so what ran
+/// still says `$(params.q)`; verification's composition, substituted again, must still take
+/// bookend's jail check for bookend's, and a failed jail check is `hermetic_jail_failed`.
+#[test]
+fn a_param_chain_in_a_resolved_task_does_not_turn_a_jail_failure_into_another_cause() {
+    let set = policies(REMOTE_HERMETIC);
+    let task_spec = json!({
+        "params": [{"name": "p", "default": "$(params.q)"}, {"name": "q", "default": "Z"}],
+        "steps": [{"name": "build", "image": "go", "command": ["echo"], "args": ["$(params.p)"]}]});
+    let (object, mut ran) = remote_run(&set, task_spec);
+    // Tekton's single pass: `$(params.p)` becomes `$(params.q)`, which stays.
+    let build = ran["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|s| s["name"] == "build")
+        .unwrap();
+    assert_eq!(ran["steps"][build]["args"], json!(["$(params.p)"]));
+    ran["steps"][build]["args"] = json!(["$(params.q)"]);
+    let finished = failed_at(&object, &ran, JAIL_CHECK);
+    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
+    let jail = v
+        .policies
+        .iter()
+        .find(|p| p.policy == "ClusterStepPolicy/jail")
+        .expect("the policy is verified");
+    assert_eq!(
+        jail.cause,
+        Some(super::verify::Cause::HermeticJailFailed),
+        "{jail:#?}"
+    );
+}
+
+/// The same Task without the chain: the jail failure is named (the attack's control).
+#[test]
+fn a_failed_jail_check_in_a_resolved_task_is_a_jail_failure() {
+    let set = policies(REMOTE_HERMETIC);
+    let task_spec = json!({
+        "params": [{"name": "p", "default": "Y"}],
+        "steps": [{"name": "build", "image": "go", "command": ["echo"], "args": ["$(params.p)"]}]});
+    let (object, mut ran) = remote_run(&set, task_spec);
+    let build = ran["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|s| s["name"] == "build")
+        .unwrap();
+    ran["steps"][build]["args"] = json!(["Y"]);
+    let finished = failed_at(&object, &ran, JAIL_CHECK);
+    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
+    let jail = v
+        .policies
+        .iter()
+        .find(|p| p.policy == "ClusterStepPolicy/jail")
+        .expect("the policy is verified");
+    assert_eq!(
+        jail.cause,
+        Some(super::verify::Cause::HermeticJailFailed),
+        "{jail:#?}"
+    );
+}

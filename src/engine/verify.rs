@@ -851,15 +851,21 @@ fn compose_owners(
     let substitutions = resolved.map(|lookup| (lookup, Substitutions::of(view, task_spec)));
     let namespace = view.namespace().unwrap_or_default();
     // As Tekton's controller runs it: StepActions resolved (`GetStepActionsData`), then its
-    // variables substituted.
-    let as_run = |composed: &mut [Value]| {
+    // variables substituted. Only bookend's steps, composed from the policies: the author's are
+    // taken from what ran, where Tekton substituted them once already (substituted again, a
+    // value that names a variable — a param defaulting to `$(params.q)` — would change, and
+    // nothing would be taken for bookend's).
+    let as_run = |composed: &mut [Value], kinds: &[StepKind]| {
         if let Some((lookup, substitutions)) = &substitutions {
-            for step in composed.iter_mut() {
+            for (step, kind) in composed.iter_mut().zip(kinds) {
+                if matches!(kind, StepKind::User(_)) {
+                    continue;
+                }
                 if let Ok(ran) = resolve_step_action(step, namespace, *lookup) {
                     *step = ran;
                 }
             }
-            substitutions.apply(composed);
+            substitutions.apply(composed, kinds);
         }
     };
     let recognised = recognise_as_run(
@@ -1034,7 +1040,8 @@ impl Substitutions {
         Self { shared }
     }
 
-    fn apply(&self, steps: &mut [Value]) {
+    /// Substitutes bookend's steps of `steps` (`kinds` says which are the author's).
+    fn apply(&self, steps: &mut [Value], kinds: &[StepKind]) {
         let names: Vec<String> = steps
             .iter()
             .filter_map(|s| tekton::step_name(s).map(str::to_owned))
@@ -1052,7 +1059,11 @@ impl Substitutions {
             })
             .collect();
         exit_codes.extend(self.shared.iter().cloned());
-        for step in steps.iter_mut() {
+        for (step, _) in steps
+            .iter_mut()
+            .zip(kinds)
+            .filter(|(_, k)| !matches!(k, StepKind::User(_)))
+        {
             let mut pairs = exit_codes.clone();
             if let Some(s) = tekton::step_name(step).map(str::to_owned) {
                 for result in step
