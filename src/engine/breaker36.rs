@@ -450,3 +450,364 @@ fn a_failed_jail_check_in_a_resolved_task_is_a_jail_failure() {
         "{jail:#?}"
     );
 }
+
+/// A policy set with a hermetic policy, chosen by the generator: `Always` or `OnSuccess`, with
+/// a second, networked policy around it or not.
+fn hermetic_set(kind: u8) -> PolicySet {
+    const OTHER: &str = r#"
+---
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: z-other, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  priority: 5
+  preSteps: [{name: bookend-scan, image: alpine}]
+  postSteps: [{name: bookend-notify, image: alpine}]
+"#;
+    match kind % 4 {
+        0 => policies(ALWAYS_HERMETIC),
+        1 => policies(ON_SUCCESS_HERMETIC),
+        2 => policies(&format!("{ALWAYS_HERMETIC}{OTHER}")),
+        _ => policies(&format!("{ON_SUCCESS_HERMETIC}{OTHER}")),
+    }
+}
+
+mod generated {
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::engine::canonical::{canonical, equivalent};
+    use crate::engine::inject::{self, ParamValues, StepKind};
+    use crate::policy::Policy;
+    use crate::tekton::ApiVersion;
+
+    fn env_entry() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(json!({"name": "TEKTON_HERMETIC", "value": "1"})),
+            Just(json!({"name": "TEKTON_HERMETIC", "value": "0"})),
+            Just(json!({"name": "TEKTON_HERMETIC"})),
+            Just(
+                json!({"name": "TEKTON_HERMETIC", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+            ),
+            Just(json!({"name": "TEKTON_RESOURCE_NAME", "value": ""})),
+            Just(json!({"name": "TEKTON_RESOURCE_NAME"})),
+            Just(json!({"name": "TEKTON_RESOURCE_NAME", "value": "x"})),
+            Just(
+                json!({"name": "TEKTON_RESOURCE_NAME", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
+            ),
+            Just(json!({"name": "$(params.n)", "value": "x"})),
+            Just(json!({"name": "OTHER", "value": "$(params.v)"})),
+        ]
+    }
+
+    /// An author's step: a name (look-alikes of bookend's among them), env, onError, when.
+    fn author_step() -> impl Strategy<Value = Value> {
+        step_named(prop::sample::select(vec![
+            "build",
+            "test",
+            "",
+            "jail-check",
+            "bookend-jail-check",
+            "bookend-jail-check-2",
+            "bookend-fetch",
+            "bookend-gate-1",
+            "bookend-verdict",
+        ]))
+    }
+
+    /// An author's step with a name of the author's own (or none): hostile env, onError, when.
+    fn own_step() -> impl Strategy<Value = Value> {
+        step_named(prop::sample::select(vec![
+            "build",
+            "test",
+            "",
+            "jail-check",
+            "lint",
+        ]))
+    }
+
+    fn step_named(name: impl Strategy<Value = &'static str>) -> impl Strategy<Value = Value> {
+        (
+            name,
+            prop::option::of(prop::collection::vec(env_entry(), 0..4)),
+            any::<bool>(),
+            0..3u8,
+        )
+            .prop_map(|(name, env, on_error, when)| {
+                let mut step = json!({"image": "golang", "script": "curl https://example.com"});
+                if !name.is_empty() {
+                    step["name"] = json!(name);
+                }
+                if let Some(env) = env {
+                    step["env"] = Value::Array(env);
+                }
+                if on_error {
+                    step["onError"] = json!("continue");
+                }
+                match when {
+                    1 => {
+                        step["when"] = json!([{"input": "$(steps.bookend-gate-1.results.ok)",
+                            "operator": "in", "values": ["true"]}])
+                    }
+                    2 => step["when"] = json!([{"input": "a", "operator": "in", "values": ["a"]}]),
+                    _ => {}
+                }
+                step
+            })
+    }
+
+    /// One edit of a TaskRun bookend already admitted (its steps): what an author copying it
+    /// could do to the jail check and around it.
+    #[derive(Clone, Debug)]
+    enum Edit {
+        /// Set a member of the jail check.
+        Set(&'static str, Value),
+        /// Remove a member of the jail check.
+        Remove(&'static str),
+        /// Move the jail check to this position (modulo the length).
+        Move(usize),
+        /// Copy it to this position.
+        Copy(usize),
+        /// Insert an author step at this position.
+        Insert(usize, Value),
+        /// Remove the step at this position.
+        Drop(usize),
+        /// Unjail the author's step at this position (drop its last env entry).
+        Unjail(usize),
+    }
+
+    fn edit() -> impl Strategy<Value = Edit> {
+        let member = prop::sample::select(vec![
+            "image",
+            "command",
+            "args",
+            "script",
+            "env",
+            "when",
+            "onError",
+            "workingDir",
+            "securityContext",
+            "timeout",
+            "envFrom",
+            "volumeMounts",
+        ]);
+        let value = prop::sample::select(vec![
+            json!(":"),
+            json!(["curl x | sh"]),
+            json!("docker.io/library/busybox:1.36"),
+            json!([]),
+            json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME", "value": ""}]),
+            json!([{"name": "TEKTON_HERMETIC", "value": "1"}, {"name": "TEKTON_RESOURCE_NAME"}]),
+            json!([{"name": "TEKTON_HERMETIC", "value": "0"}]),
+            json!("continue"),
+            json!({"runAsUser": 1000}),
+            json!([{"input": "$(steps.bookend-gate-1.results.ok)", "operator": "in", "values": ["true"]}]),
+            json!("bookend-jail-check"),
+            json!(null),
+            json!(""),
+        ]);
+        prop_oneof![
+            (member.clone(), value).prop_map(|(m, v)| Edit::Set(m, v)),
+            // Names Tekton takes (a DNS label), bookend's look-alikes among them.
+            prop::sample::select(vec![
+                "bookend-jail-check",
+                "jail-check",
+                "bookend-jail-check-1",
+                "bookend-gate-1",
+                "build-0"
+            ])
+            .prop_map(|n| Edit::Set("name", json!(n))),
+            member.prop_map(Edit::Remove),
+            (0..8usize).prop_map(Edit::Move),
+            (0..8usize).prop_map(Edit::Copy),
+            (0..8usize, author_step()).prop_map(|(i, s)| Edit::Insert(i, s)),
+            (0..8usize).prop_map(Edit::Drop),
+            (0..8usize).prop_map(Edit::Unjail),
+        ]
+    }
+
+    fn apply(steps: &mut Vec<Value>, edit: &Edit) {
+        let at = steps.iter().position(|s| s["name"] == JAIL_CHECK);
+        let n = steps.len().max(1);
+        match (edit, at) {
+            (Edit::Set(member, value), Some(i)) => steps[i][*member] = value.clone(),
+            (Edit::Remove(member), Some(i)) => {
+                steps[i].as_object_mut().map(|o| o.remove(*member));
+            }
+            (Edit::Move(to), Some(i)) => {
+                let check = steps.remove(i);
+                let to = to % (steps.len() + 1);
+                steps.insert(to, check);
+            }
+            (Edit::Copy(to), Some(i)) => {
+                let check = steps[i].clone();
+                steps.insert(to % (steps.len() + 1), check);
+            }
+            (Edit::Insert(to, step), _) => steps.insert(to % (steps.len() + 1), step.clone()),
+            (Edit::Drop(i), _) if steps.len() > 1 => {
+                steps.remove(i % n);
+            }
+            (Edit::Unjail(i), _) => {
+                let step = &mut steps[i % n];
+                let ours = step["name"]
+                    .as_str()
+                    .is_some_and(|name| name.starts_with("bookend-"));
+                if !ours && let Some(env) = step["env"].as_array_mut() {
+                    env.pop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// What bookend composes for the author's steps of `admitted` now.
+    fn composition(set: &PolicySet, admitted: &Value) -> inject::Composed {
+        // The applied policies in evaluation order, as admission takes them.
+        let view = crate::tekton::TaskRunView::new(admitted).expect("a TaskRun");
+        let lookup = Catalog::default();
+        let facts = crate::engine::SubjectFacts::of(&view, "team-a", &lookup);
+        let subject = facts.subject("team-a");
+        let applied: Vec<&Policy> = set
+            .candidates(&subject)
+            .into_iter()
+            .filter(|p| p.matches(&subject))
+            .collect();
+        // Recognise as admission does (with its record's reading of `continue`), then
+        // compose: the kinds say where the jail check goes.
+        let hint = view
+            .annotation(crate::engine::record::ANNOTATION)
+            .and_then(crate::engine::record::Record::parse);
+        let recognised = crate::engine::recognise::recognise(
+            &steps(admitted),
+            &applied,
+            set.settings(),
+            ApiVersion::V1,
+            &ParamValues {
+                run_params: &[],
+                spec_params: &[],
+            },
+            hint.as_ref(),
+        )
+        .expect("an admitted TaskRun is recognised");
+        inject::compose(
+            recognised.user,
+            &applied,
+            set.settings(),
+            ApiVersion::V1,
+            &ParamValues {
+                run_params: &[],
+                spec_params: &[],
+            },
+        )
+    }
+
+    /// The claims on one admitted TaskRun: every author step jailed, no org step jailed; one
+    /// jail check, as composed, right before the author's first step; a second pass yields no
+    /// patch; the Pod Tekton builds from it passes the Pod backstop.
+    fn claims(set: &PolicySet, admitted: &Value) -> Result<(), String> {
+        let all = steps(admitted);
+        let composed = composition(set, admitted);
+        if all.len() != composed.steps.len() {
+            return Err(format!(
+                "{} steps where the composition has {}",
+                all.len(),
+                composed.steps.len()
+            ));
+        }
+        for ((step, want), kind) in all.iter().zip(&composed.steps).zip(&composed.kinds) {
+            let env = step["env"].as_array().cloned().unwrap_or_default();
+            let jailed = hermetic::effectively_jailed(&env);
+            let should = matches!(kind, StepKind::User(_) | StepKind::JailCheck);
+            if jailed != should {
+                return Err(format!("{kind:?} {step}: jailed {jailed}"));
+            }
+            if !matches!(kind, StepKind::User(_)) && !equivalent(step, want) {
+                return Err(format!("{kind:?} {step} is not {want}"));
+            }
+        }
+        let checks: Vec<usize> = all
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s["name"] == JAIL_CHECK)
+            .map(|(i, _)| i)
+            .collect();
+        let first_user = composed
+            .kinds
+            .iter()
+            .position(|k| matches!(k, StepKind::User(_)));
+        match (checks.as_slice(), first_user) {
+            ([c], Some(u)) if c + 1 == u => {}
+            _ => {
+                return Err(format!(
+                    "jail checks at {checks:?}, first author step at {first_user:?}"
+                ));
+            }
+        }
+        let again = run(set, admitted);
+        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
+            return Err(format!(
+                "second pass: {:?} {:?}",
+                again.message, again.patch
+            ));
+        }
+        let mut named = admitted.clone();
+        named["metadata"]["name"] = json!("run-1");
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "run-1-pod", "namespace": "team-a",
+                         "labels": {"tekton.dev/taskRun": "run-1"}},
+            // As the API server stores the steps after Tekton's defaulting (zero values
+            // dropped), which is what Tekton's pod builder reads.
+            "spec": crate::tekton_pod::pod_spec(&all.iter().map(canonical).collect::<Vec<_>>(), &[])});
+        crate::engine::pod::check_pod(&pod, &named, set, &Catalog::default()).map_err(|d| {
+            format!(
+                "the Pod backstop refused bookend's own output: {}",
+                d.message
+            )
+        })?;
+        Ok(())
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// Hostile TaskRuns in a hermetic namespace: fresh ones, and copies of bookend's output
+        /// with the jail check edited (changed, moved, copied, removed) and author steps
+        /// inserted, dropped or unjailed. Whatever bookend admits meets the claims.
+        #[test]
+        fn no_hostile_taskrun_is_admitted_with_its_jail_check_not_bookends(
+            kind in 0..4u8,
+            fresh in prop::collection::vec(own_step(), 1..4),
+            edits in prop::collection::vec(edit(), 0..4),
+        ) {
+            let set = hermetic_set(kind);
+            // Distinct names, as Tekton requires (the look-alikes come with the edits).
+            let fresh: Vec<Value> = fresh
+                .into_iter()
+                .enumerate()
+                .map(|(i, mut s)| {
+                    if let Some(n) = s["name"].as_str().map(str::to_owned) {
+                        s["name"] = json!(format!("{n}-{i}"));
+                    }
+                    s
+                })
+                .collect();
+            let first = run(&set, &taskrun(Value::Array(fresh)));
+            if first.outcome == Outcome::Denied {
+                return Ok(());
+            }
+            claims(&set, &first.object).map_err(TestCaseError::fail)?;
+            let mut edited = steps(&first.object);
+            for e in &edits {
+                apply(&mut edited, e);
+            }
+            let forged = with_steps(&first.object, edited);
+            let second = run(&set, &forged);
+            if second.outcome != Outcome::Denied {
+                claims(&set, &second.object).map_err(|e| {
+                    TestCaseError::fail(format!("{e}\nedits {edits:?}"))
+                })?;
+            }
+        }
+    }
+}
