@@ -661,6 +661,20 @@ mod generated {
         }
     }
 
+    /// Distinct names, as Tekton requires (the look-alikes come with the edits).
+    fn distinct(steps: Vec<Value>) -> Vec<Value> {
+        steps
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut s)| {
+                if let Some(n) = s["name"].as_str().map(str::to_owned) {
+                    s["name"] = json!(format!("{n}-{i}"));
+                }
+                s
+            })
+            .collect()
+    }
+
     /// What bookend composes for the author's steps of `admitted` now.
     fn composition(set: &PolicySet, admitted: &Value) -> inject::Composed {
         // The applied policies in evaluation order, as admission takes them.
@@ -706,6 +720,29 @@ mod generated {
     /// jail check, as composed, right before the author's first step; a second pass yields no
     /// patch; the Pod Tekton builds from it passes the Pod backstop.
     fn claims(set: &PolicySet, admitted: &Value) -> Result<(), String> {
+        shape_claims(set, admitted)?;
+        let all = steps(admitted);
+        let again = run(set, admitted);
+        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
+            return Err(format!(
+                "second pass: {:?} {:?}",
+                again.message, again.patch
+            ));
+        }
+        // As Tekton's defaulting re-serialises it (Go drops zero values: `value: ""`, `[]`).
+        let defaulted = with_steps(admitted, all.iter().map(canonical).collect());
+        let again = run(set, &defaulted);
+        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
+            return Err(format!(
+                "second pass over the defaulted form: {:?} {:?}",
+                again.message, again.patch
+            ));
+        }
+        Ok(())
+    }
+
+    /// [`claims`] but the second pass: the steps as composed, and the Pod backstop.
+    fn shape_claims(set: &PolicySet, admitted: &Value) -> Result<(), String> {
         let all = steps(admitted);
         let composed = composition(set, admitted);
         if all.len() != composed.steps.len() {
@@ -744,22 +781,6 @@ mod generated {
                 ));
             }
         }
-        let again = run(set, admitted);
-        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
-            return Err(format!(
-                "second pass: {:?} {:?}",
-                again.message, again.patch
-            ));
-        }
-        // As Tekton's defaulting re-serialises it (Go drops zero values: `value: ""`, `[]`).
-        let defaulted = with_steps(admitted, all.iter().map(canonical).collect());
-        let again = run(set, &defaulted);
-        if again.outcome == Outcome::Denied || !again.patch.is_empty() {
-            return Err(format!(
-                "second pass over the defaulted form: {:?} {:?}",
-                again.message, again.patch
-            ));
-        }
         let mut named = admitted.clone();
         named["metadata"]["name"] = json!("run-1");
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
@@ -777,8 +798,57 @@ mod generated {
         Ok(())
     }
 
+    /// Bookend's dry-run mutation of a resolved Task with `steps`: the Task spec it returns,
+    /// `None` when it refuses.
+    fn dry_run(set: &PolicySet, task_steps: Vec<Value>) -> Option<Value> {
+        let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+            "metadata": {"name": "build", "namespace": "team-a"},
+            "spec": {"steps": task_steps}});
+        let d = crate::engine::decide_resolved_task(
+            crate::engine::Request {
+                object: &task,
+                namespace: "team-a",
+                dry_run: true,
+            },
+            set,
+            &Catalog::default(),
+        );
+        (d.outcome != Outcome::Denied).then_some(d.object)
+    }
+
     proptest! {
         #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+        /// The same at the controller's dry-run of a resolved Task (the author writes the whole
+        /// Task): whatever the mutation lets run meets the claims, and a second dry-run of its
+        /// answer changes nothing.
+        #[test]
+        fn no_resolved_task_keeps_a_jail_check_not_bookends(
+            kind in 0..4u8,
+            fresh in prop::collection::vec(own_step(), 1..4),
+            edits in prop::collection::vec(edit(), 0..4),
+        ) {
+            let set = hermetic_set(kind);
+            let fresh = distinct(fresh);
+            let task_steps = |task: &Value| task["spec"]["steps"].as_array().cloned().unwrap_or_default();
+            let Some(first) = dry_run(&set, fresh) else {
+                return Ok(());
+            };
+            let mut edited = task_steps(&first);
+            for e in &edits {
+                apply(&mut edited, e);
+            }
+            let Some(task) = dry_run(&set, edited) else {
+                return Ok(());
+            };
+            // The Task as a TaskRun's inline spec, with the dry-run's record.
+            let mut as_taskrun = with_steps(&taskrun(json!([])), task_steps(&task));
+            as_taskrun["metadata"]["annotations"] = task["metadata"]["annotations"].clone();
+            shape_claims(&set, &as_taskrun)
+                .map_err(|e| TestCaseError::fail(format!("{e}\nedits {edits:?}")))?;
+            let again = dry_run(&set, task_steps(&task)).map(|t| t["spec"].clone());
+            prop_assert_eq!(again, Some(task["spec"].clone()));
+        }
 
         /// Hostile TaskRuns in a hermetic namespace: fresh ones, and copies of bookend's output
         /// with the jail check edited (changed, moved, copied, removed) and author steps
@@ -790,17 +860,7 @@ mod generated {
             edits in prop::collection::vec(edit(), 0..4),
         ) {
             let set = hermetic_set(kind);
-            // Distinct names, as Tekton requires (the look-alikes come with the edits).
-            let fresh: Vec<Value> = fresh
-                .into_iter()
-                .enumerate()
-                .map(|(i, mut s)| {
-                    if let Some(n) = s["name"].as_str().map(str::to_owned) {
-                        s["name"] = json!(format!("{n}-{i}"));
-                    }
-                    s
-                })
-                .collect();
+            let fresh = distinct(fresh);
             let first = run(&set, &taskrun(Value::Array(fresh)));
             if first.outcome == Outcome::Denied {
                 return Ok(());
