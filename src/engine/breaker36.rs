@@ -340,11 +340,11 @@ fn remote_run(set: &PolicySet, task_spec: Value) -> (Value, Value) {
     );
     assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
     let mut spec = resolved.object["spec"].clone();
-    for step in spec["steps"].as_array_mut().unwrap() {
-        let name = step["name"].as_str().unwrap().to_owned();
+    for (i, step) in spec["steps"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let container = crate::tekton::container_name(step, i);
         let text = step.to_string().replace(
             "$(step.results.ok.path)",
-            &format!("/tekton/steps/step-{name}/results/ok"),
+            &format!("/tekton/steps/{container}/results/ok"),
         );
         *step = serde_json::from_str(&text).unwrap();
     }
@@ -361,11 +361,17 @@ fn step_state(name: &str, exit: i64, reason: &str, termination: &str) -> Value {
 /// `object` finished with `task_spec` as the Task that ran: every step before `at` completed,
 /// `at` ended `Error` with exit code 1 (the entrypoint could not start it), the rest skipped.
 fn failed_at(object: &Value, task_spec: &Value, at: &str) -> Value {
+    // As Tekton names them in `status.steps`: `unnamed-<index>` for an unnamed step.
     let names: Vec<String> = task_spec["steps"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .enumerate()
+        .map(|(i, s)| {
+            s["name"]
+                .as_str()
+                .map_or_else(|| format!("unnamed-{i}"), str::to_owned)
+        })
         .collect();
     let failed = names.iter().position(|n| n == at).unwrap();
     let states: Vec<Value> = names
@@ -879,6 +885,90 @@ mod generated {
             }
         }
     }
+
+    /// What an author can do to a finished TaskRun's record annotation (labels and
+    /// annotations stay theirs to edit after CREATE).
+    fn record_edit() -> impl Strategy<Value = Option<Value>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(Value::Null)),
+            Just(Some(json!("not json"))),
+            Just(Some(json!(
+                r#"{"policies":[],"helpers":[],"continued":[]}"#
+            ))),
+            Just(Some(json!(
+                r#"{"policies":[{"policy":"ClusterStepPolicy/org","hash":"0","steps":[]}],"helpers":["bookend-jail-check"],"continued":["build-0","build-1","x"]}"#
+            ))),
+            Just(Some(json!(
+                r#"{"policies":[{"policy":"ClusterStepPolicy/org","hash":"0","steps":["bookend-fetch","bookend-publish","bookend-jail-check"]}],"helpers":[],"continued":[]}"#
+            ))),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+
+        /// Claim 3: when bookend's jail check failed (the entrypoint could not start it, so
+        /// Tekton skipped every later step), the policy asking for the jail fails with
+        /// `hermetic_jail_failed`, whatever the author's steps, whatever they did to the
+        /// record afterwards, inline or from a resolved Task.
+        #[test]
+        fn no_author_turns_a_jail_failure_into_a_pass_or_another_cause(
+            kind in 0..4u8,
+            fresh in prop::collection::vec(own_step(), 1..4),
+            record in record_edit(),
+            remote in any::<bool>(),
+        ) {
+            let set = hermetic_set(kind);
+            let fresh = distinct(fresh);
+            let (mut object, ran) = if remote {
+                // Only plain author steps: a resolved Task's conditions on gates are refused.
+                let plain: Vec<Value> = fresh.iter().map(|s| {
+                    let mut s = s.clone();
+                    s.as_object_mut().map(|o| o.remove("when"));
+                    s
+                }).collect();
+                if dry_run(&set, plain.clone()).is_none() {
+                    return Ok(());
+                }
+                remote_run(&set, json!({"steps": plain}))
+            } else {
+                let d = run(&set, &taskrun(Value::Array(fresh)));
+                if d.outcome == Outcome::Denied {
+                    return Ok(());
+                }
+                let spec = d.object["spec"]["taskSpec"].clone();
+                (d.object, spec)
+            };
+            object["metadata"]["name"] = json!("run-1");
+            object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
+            let mut finished = failed_at(&object, &ran, JAIL_CHECK);
+            if !remote {
+                finished["status"].as_object_mut().map(|s| s.remove("taskSpec"));
+            }
+            match record {
+                None => {}
+                Some(Value::Null) => {
+                    finished["metadata"]["annotations"]
+                        .as_object_mut()
+                        .map(|a| a.remove(crate::engine::record::ANNOTATION));
+                }
+                Some(text) => {
+                    finished["metadata"]["annotations"][crate::engine::record::ANNOTATION] = text;
+                }
+            }
+            let v = crate::engine::verify::verify(&finished, &set, &Catalog::default())
+                .expect("a finished TaskRun is verified");
+            let jail = v.policies.iter().find(|p| p.policy == "ClusterStepPolicy/org");
+            prop_assert!(jail.is_some(), "the hermetic policy is not verified: {v:#?}");
+            let jail = jail.unwrap();
+            prop_assert_eq!(
+                jail.cause,
+                Some(crate::engine::verify::Cause::HermeticJailFailed),
+                "{:#?}", jail
+            );
+        }
+    }
 }
 
 /// A namespace admin's StepPolicy in the namespace a hermetic ClusterStepPolicy covers.
@@ -945,4 +1035,98 @@ fn the_taskruns_per_step_fields_cannot_reach_the_jail_check() {
             json!([{"name": JAIL_CHECK, "resources": {"limits": {"memory": "1Ki"}}}]);
         assert_eq!(run(&set, &object).outcome, Outcome::Denied, "stepOverrides");
     }
+}
+
+/// Found by the generator (claim 3, remote path): under a `postStepsRun: Always` policy, a
+/// resolved Task where one of the author's steps has its own `onError: continue` and another
+/// does not. The dry-run's record of which steps bookend set to `continue` stays on the Task
+/// (Tekton's controller keeps the TaskRun's metadata), so verification must tell them apart
+/// some other way; composing again with "all" or "none" gives other gates and verdict, and no
+/// step is taken for the org's. Every policy then fails `did_not_run` although every step ran
+/// (a wrong fail), and a jail failure is not `hermetic_jail_failed`.
+#[test]
+fn a_resolved_task_with_its_own_continue_is_verified_by_composition() {
+    let set = policies(REMOTE_HERMETIC);
+    let task_spec = json!({"steps": [
+        {"name": "build", "image": "go"},
+        {"name": "test", "image": "go", "onError": "continue"}]});
+    let (object, ran) = remote_run(&set, task_spec);
+    let names: Vec<String> = ran["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["name"].as_str().unwrap().to_owned())
+        .collect();
+    let mut finished = object.clone();
+    finished["status"] = json!({
+        "conditions": [{"type": "Succeeded", "status": "True", "reason": "Succeeded"}],
+        "podName": "run-1-pod",
+        "steps": names.iter().map(|n| step_state(n, 0, "Completed", "Completed")).collect::<Vec<_>>(),
+        "taskSpec": ran,
+    });
+    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
+    assert!(v.by_composition, "{v:#?}");
+    let jail = v
+        .policies
+        .iter()
+        .find(|p| p.policy == "ClusterStepPolicy/jail")
+        .expect("verified");
+    assert_eq!(jail.verdict, super::verify::RunVerdict::Pass, "{jail:#?}");
+    // And with the jail check failed: the jail's cause.
+    let failed = failed_at(&object, &finished["status"]["taskSpec"], JAIL_CHECK);
+    let v = super::verify::verify(&failed, &set, &Catalog::default()).expect("finished");
+    let jail = v
+        .policies
+        .iter()
+        .find(|p| p.policy == "ClusterStepPolicy/jail")
+        .expect("verified");
+    assert_eq!(
+        jail.cause,
+        Some(super::verify::Cause::HermeticJailFailed),
+        "{jail:#?}"
+    );
+}
+
+/// Found by the generator (claim 3, defence in depth: after CREATE only bookend may change its
+/// record, so this needs a record bookend did not write): a record that names a policy twice,
+/// the second time with no steps. Verification verified the policy once per entry, and the
+/// mark (one verdict per policy, the last one written) took the empty entry's `pass` although
+/// the policy's org step failed.
+#[test]
+fn a_record_naming_a_policy_twice_does_not_make_its_mark_pass() {
+    let set = policies(ON_SUCCESS_HERMETIC);
+    let d = run(&set, &taskrun(build()));
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    let ran = object["spec"]["taskSpec"].clone();
+    // The pre-step failed: nothing after it ran.
+    let failed = failed_at(&object, &ran, "bookend-fetch");
+    let mut failed = failed;
+    failed["status"].as_object_mut().unwrap().remove("taskSpec");
+    let record: Value = serde_json::from_str(
+        failed["metadata"]["annotations"][super::record::ANNOTATION]
+            .as_str()
+            .unwrap(),
+    )
+    .unwrap();
+    let mut doubled = record.clone();
+    let mut entry = record["policies"][0].clone();
+    entry["steps"] = json!([]);
+    doubled["policies"].as_array_mut().unwrap().push(entry);
+    failed["metadata"]["annotations"][super::record::ANNOTATION] = json!(doubled.to_string());
+    let v = super::verify::verify(&failed, &set, &Catalog::default()).expect("finished");
+    let runs: Vec<_> = v
+        .policies
+        .iter()
+        .filter(|p| p.policy == "ClusterStepPolicy/org")
+        .collect();
+    assert_eq!(runs.len(), 1, "verified once per record entry: {runs:#?}");
+    let mark = super::verdict_counts::Mark::of(&v, k8s_openapi::jiff::Timestamp::UNIX_EPOCH);
+    assert_eq!(
+        mark.verdicts
+            .get("ClusterStepPolicy/org")
+            .map(String::as_str),
+        Some("fail"),
+        "{mark:?}"
+    );
 }
