@@ -1130,3 +1130,37 @@ fn a_record_naming_a_policy_twice_does_not_make_its_mark_pass() {
         "{mark:?}"
     );
 }
+
+/// Attack (claim 3, the other way): under an Always policy bookend sets `onError: continue`
+/// on the author's steps, and a jailed step that ends `Failed` is read as one the entrypoint
+/// could not start in its jail. An author's step that eats its memory limit is OOM-killed
+/// (the kernel's verdict, reason `OOMKilled`, exit code 137), not a jail the node refused:
+/// it must not be reported as `hermetic_jail_failed`, which sends the operator to the node.
+#[test]
+fn an_oom_killed_author_step_is_no_jail_failure() {
+    let set = policies(ALWAYS_HERMETIC);
+    let d = run(&set, &taskrun(build()));
+    let mut object = d.object;
+    object["metadata"]["name"] = json!("run-1");
+    let ran = object["spec"]["taskSpec"].clone();
+    let mut finished = failed_at(&object, &ran, "build");
+    finished["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("taskSpec");
+    let build = finished["status"]["steps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .position(|s| s["name"] == "build")
+        .unwrap();
+    finished["status"]["steps"][build] = step_state("build", 137, "OOMKilled", "");
+    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
+    let org = v
+        .policies
+        .iter()
+        .find(|p| p.policy == "ClusterStepPolicy/org")
+        .expect("verified");
+    // The Always post-step did not run after it: that is the policy's failure.
+    assert_eq!(org.cause, Some(super::verify::Cause::DidNotRun), "{org:#?}");
+}

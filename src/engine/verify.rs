@@ -482,14 +482,20 @@ impl Attempt {
         let jailed = covered
             .iter()
             .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
+        // An OOM kill is the kernel's answer to a step that ran, never a jail that could not
+        // be set up.
+        let failed_to_start = |i: usize| {
+            outcomes[i] == StepOutcome::Failed
+                && !states[i].as_ref().is_some_and(StepState::oom_killed)
+        };
         let not_started: Vec<bool> = owners
             .iter()
             .enumerate()
             .map(|(i, owner)| match owner {
-                Owner::JailCheck => outcomes[i] == StepOutcome::Failed,
+                Owner::JailCheck => failed_to_start(i),
                 Owner::User => {
                     jailed
-                        && outcomes[i] == StepOutcome::Failed
+                        && failed_to_start(i)
                         && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
                 }
                 Owner::Helper | Owner::Org(..) => false,
