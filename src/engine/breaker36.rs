@@ -300,18 +300,6 @@ fn a_step_template_whose_env_is_not_a_list_leaves_no_step_unjailed() {
     }
 }
 
-/// A namespace-level hermetic Always policy (so it reaches a resolved Task at the dry-run).
-const REMOTE_HERMETIC: &str = r#"
-apiVersion: bookend.dev/v1alpha1
-kind: ClusterStepPolicy
-metadata: {name: jail, creationTimestamp: "2026-01-01T00:00:00Z"}
-spec:
-  postStepsRun: Always
-  userSteps: {network: None}
-  preSteps: [{name: bookend-fetch, image: alpine}]
-  postSteps: [{name: bookend-publish, image: alpine}]
-"#;
-
 /// A remote TaskRun as admitted, and the spec its resolved `task_spec` has after bookend's
 /// dry-run mutation, with the step result paths substituted as Tekton's controller does.
 fn remote_run(set: &PolicySet, task_spec: Value) -> (Value, Value) {
@@ -394,67 +382,52 @@ fn failed_at(object: &Value, task_spec: &Value, at: &str) -> Value {
     object
 }
 
+/// The inline TaskRun bookend admits for [`build`] under `set`, finished with step `at` failed
+/// (as [`failed_at`]; an inline TaskRun's status carries no taskSpec).
+fn inline_failed_at(set: &PolicySet, at: &str) -> Value {
+    let mut object = admitted(set, &taskrun(build()));
+    object["metadata"]["name"] = json!("run-1");
+    let ran = object["spec"]["taskSpec"].clone();
+    let mut finished = failed_at(&object, &ran, at);
+    if let Some(status) = finished["status"].as_object_mut() {
+        status.remove("taskSpec");
+    }
+    finished
+}
+
+/// The verdict verification gives `policy` on the finished TaskRun `finished`.
+fn verdict_of(set: &PolicySet, finished: &Value, policy: &str) -> super::verify::PolicyRun {
+    let v = super::verify::verify(finished, set, &Catalog::default()).expect("finished");
+    v.policies
+        .into_iter()
+        .find(|p| p.policy == policy)
+        .unwrap_or_else(|| panic!("{policy} is not verified"))
+}
+
 /// Attack (claim 3, remote path): a resolved Task whose own step reads a param whose default
 /// names another param. Tekton substitutes params in one pass (`strings.Replacer`), so what ran
 /// still says `$(params.q)`; verification's composition, substituted again, must still take
-/// bookend's jail check for bookend's, and a failed jail check is `hermetic_jail_failed`.
+/// bookend's jail check for bookend's, and a failed jail check is `hermetic_jail_failed`. (The
+/// first case, without the chain, is the attack's control.)
 #[test]
 fn a_param_chain_in_a_resolved_task_does_not_turn_a_jail_failure_into_another_cause() {
-    let set = policies(REMOTE_HERMETIC);
-    let task_spec = json!({
-        "params": [{"name": "p", "default": "$(params.q)"}, {"name": "q", "default": "Z"}],
-        "steps": [{"name": "build", "image": "go", "command": ["echo"], "args": ["$(params.p)"]}]});
-    let (object, mut ran) = remote_run(&set, task_spec);
-    // Tekton's single pass: `$(params.p)` becomes `$(params.q)`, which stays.
-    let build = ran["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|s| s["name"] == "build")
-        .unwrap();
-    assert_eq!(ran["steps"][build]["args"], json!(["$(params.p)"]));
-    ran["steps"][build]["args"] = json!(["$(params.q)"]);
-    let finished = failed_at(&object, &ran, JAIL_CHECK);
-    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
-    let jail = v
-        .policies
-        .iter()
-        .find(|p| p.policy == "ClusterStepPolicy/jail")
-        .expect("the policy is verified");
-    assert_eq!(
-        jail.cause,
-        Some(super::verify::Cause::HermeticJailFailed),
-        "{jail:#?}"
-    );
-}
-
-/// The same Task without the chain: the jail failure is named (the attack's control).
-#[test]
-fn a_failed_jail_check_in_a_resolved_task_is_a_jail_failure() {
-    let set = policies(REMOTE_HERMETIC);
-    let task_spec = json!({
-        "params": [{"name": "p", "default": "Y"}],
-        "steps": [{"name": "build", "image": "go", "command": ["echo"], "args": ["$(params.p)"]}]});
-    let (object, mut ran) = remote_run(&set, task_spec);
-    let build = ran["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|s| s["name"] == "build")
-        .unwrap();
-    ran["steps"][build]["args"] = json!(["Y"]);
-    let finished = failed_at(&object, &ran, JAIL_CHECK);
-    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
-    let jail = v
-        .policies
-        .iter()
-        .find(|p| p.policy == "ClusterStepPolicy/jail")
-        .expect("the policy is verified");
-    assert_eq!(
-        jail.cause,
-        Some(super::verify::Cause::HermeticJailFailed),
-        "{jail:#?}"
-    );
+    let set = policies(ALWAYS_HERMETIC);
+    for (default, ran_as) in [("Y", "Y"), ("$(params.q)", "$(params.q)")] {
+        let task_spec = json!({
+            "params": [{"name": "p", "default": default}, {"name": "q", "default": "Z"}],
+            "steps": [{"name": "build", "image": "go", "command": ["echo"], "args": ["$(params.p)"]}]});
+        let (object, mut ran) = remote_run(&set, task_spec);
+        // Tekton's single pass: `$(params.p)` becomes its default, which stays as it is.
+        let build = index_of(ran["steps"].as_array().unwrap(), "build").unwrap();
+        ran["steps"][build]["args"] = json!([ran_as]);
+        let finished = failed_at(&object, &ran, JAIL_CHECK);
+        let jail = verdict_of(&set, &finished, "ClusterStepPolicy/org");
+        assert_eq!(
+            jail.cause,
+            Some(super::verify::Cause::HermeticJailFailed),
+            "p: {default}: {jail:#?}"
+        );
+    }
 }
 
 /// A policy set with a hermetic policy, chosen by the generator: `Always` or `OnSuccess`, with
@@ -1046,7 +1019,7 @@ fn the_taskruns_per_step_fields_cannot_reach_the_jail_check() {
 /// (a wrong fail), and a jail failure is not `hermetic_jail_failed`.
 #[test]
 fn a_resolved_task_with_its_own_continue_is_verified_by_composition() {
-    let set = policies(REMOTE_HERMETIC);
+    let set = policies(ALWAYS_HERMETIC);
     let task_spec = json!({"steps": [
         {"name": "build", "image": "go"},
         {"name": "test", "image": "go", "onError": "continue"}]});
@@ -1066,20 +1039,11 @@ fn a_resolved_task_with_its_own_continue_is_verified_by_composition() {
     });
     let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
     assert!(v.by_composition, "{v:#?}");
-    let jail = v
-        .policies
-        .iter()
-        .find(|p| p.policy == "ClusterStepPolicy/jail")
-        .expect("verified");
+    let jail = verdict_of(&set, &finished, "ClusterStepPolicy/org");
     assert_eq!(jail.verdict, super::verify::RunVerdict::Pass, "{jail:#?}");
     // And with the jail check failed: the jail's cause.
     let failed = failed_at(&object, &finished["status"]["taskSpec"], JAIL_CHECK);
-    let v = super::verify::verify(&failed, &set, &Catalog::default()).expect("finished");
-    let jail = v
-        .policies
-        .iter()
-        .find(|p| p.policy == "ClusterStepPolicy/jail")
-        .expect("verified");
+    let jail = verdict_of(&set, &failed, "ClusterStepPolicy/org");
     assert_eq!(
         jail.cause,
         Some(super::verify::Cause::HermeticJailFailed),
@@ -1095,14 +1059,8 @@ fn a_resolved_task_with_its_own_continue_is_verified_by_composition() {
 #[test]
 fn a_record_naming_a_policy_twice_does_not_make_its_mark_pass() {
     let set = policies(ON_SUCCESS_HERMETIC);
-    let d = run(&set, &taskrun(build()));
-    let mut object = d.object;
-    object["metadata"]["name"] = json!("run-1");
-    let ran = object["spec"]["taskSpec"].clone();
     // The pre-step failed: nothing after it ran.
-    let failed = failed_at(&object, &ran, "bookend-fetch");
-    let mut failed = failed;
-    failed["status"].as_object_mut().unwrap().remove("taskSpec");
+    let mut failed = inline_failed_at(&set, "bookend-fetch");
     let record: Value = serde_json::from_str(
         failed["metadata"]["annotations"][super::record::ANNOTATION]
             .as_str()
@@ -1139,28 +1097,10 @@ fn a_record_naming_a_policy_twice_does_not_make_its_mark_pass() {
 #[test]
 fn an_oom_killed_author_step_is_no_jail_failure() {
     let set = policies(ALWAYS_HERMETIC);
-    let d = run(&set, &taskrun(build()));
-    let mut object = d.object;
-    object["metadata"]["name"] = json!("run-1");
-    let ran = object["spec"]["taskSpec"].clone();
-    let mut finished = failed_at(&object, &ran, "build");
-    finished["status"]
-        .as_object_mut()
-        .unwrap()
-        .remove("taskSpec");
-    let build = finished["status"]["steps"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .position(|s| s["name"] == "build")
-        .unwrap();
+    let mut finished = inline_failed_at(&set, "build");
+    let build = index_of(finished["status"]["steps"].as_array().unwrap(), "build").unwrap();
     finished["status"]["steps"][build] = step_state("build", 137, "OOMKilled", "");
-    let v = super::verify::verify(&finished, &set, &Catalog::default()).expect("finished");
-    let org = v
-        .policies
-        .iter()
-        .find(|p| p.policy == "ClusterStepPolicy/org")
-        .expect("verified");
+    let org = verdict_of(&set, &finished, "ClusterStepPolicy/org");
     // The Always post-step did not run after it: that is the policy's failure.
     assert_eq!(org.cause, Some(super::verify::Cause::DidNotRun), "{org:#?}");
 }
