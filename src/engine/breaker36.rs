@@ -1130,3 +1130,36 @@ fn a_failure_breakpoint_cannot_hide_a_jail_failure() {
         "admitted: the jail check's failure would hang the TaskRun until its timeout"
     );
 }
+
+/// A hermetic policy with no steps of its own: the jail check is all bookend injects, and it is
+/// still bookend's (forgeries refused or corrected, no second-pass patch, verified).
+#[test]
+fn a_hermetic_policy_without_steps_keeps_its_jail_check() {
+    let set = policies(
+        r#"
+apiVersion: bookend.dev/v1alpha1
+kind: ClusterStepPolicy
+metadata: {name: org, creationTimestamp: "2026-01-01T00:00:00Z"}
+spec:
+  userSteps: {network: None}
+"#,
+    );
+    let honest = admitted(&set, &taskrun(build()));
+    let honest_steps = steps(&honest);
+    assert_eq!(index_of(&honest_steps, JAIL_CHECK), Some(0), "{honest}");
+    assert!(run(&set, &honest).patch.is_empty());
+    let mut removed = honest_steps.clone();
+    removed.remove(0);
+    let mut altered = honest_steps.clone();
+    altered[0]["args"] = json!(["wget http://x"]);
+    for forged in [removed, altered] {
+        refused_or_corrected(&set, &with_steps(&honest, forged), &honest).unwrap();
+    }
+    let finished = inline_failed_at(&set, JAIL_CHECK);
+    let org = verdict_of(&set, &finished, "ClusterStepPolicy/org");
+    assert_eq!(
+        org.cause,
+        Some(super::verify::Cause::HermeticJailFailed),
+        "{org:#?}"
+    );
+}
