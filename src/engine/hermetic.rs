@@ -125,6 +125,29 @@ pub fn jail(step: &mut Value) -> bool {
     true
 }
 
+/// Jails each of the author's steps (`user`, the stepTemplate already written into them) under
+/// `policy`; `true` when it changed one. A step whose `env` is not a list (Tekton would refuse
+/// it too) is refused, naming it: `jail` can only append to a list.
+pub fn jail_all(user: &mut [Value], policy: &Policy) -> Result<bool, Denial> {
+    if let Some((i, step)) = user
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.get("env").is_some_and(|e| !e.is_array() && !e.is_null()))
+    {
+        return Err(Denial::field(
+            format!("spec.taskSpec.steps[{i}].env"),
+            why(
+                policy,
+                &format!(
+                    "step {i}{}: env (with the stepTemplate's written in) must be a list of variables ({{name, value}}), as Tekton requires, for bookend to append the entries that make Tekton's entrypoint drop the step's network; write env as a list",
+                    tekton_name(step)
+                ),
+            ),
+        ));
+    }
+    Ok(user.iter_mut().fold(false, |changed, s| jail(s) | changed))
+}
+
 /// What the kubelet gives a container for `name` from its `env` (the last entry of the name
 /// wins, and `env` beats `envFrom`): `Some(Some(v))` a literal value, `Some(None)` a value from
 /// elsewhere (`valueFrom`), `None` no entry (then `envFrom` or the image decide).

@@ -459,8 +459,13 @@ fn is_shell_word(s: &str) -> bool {
 
 /// The forms earlier releases wrote a helper step in, which bookend still takes for its own so
 /// that an upgrade does not refuse what an older replica injected: gates that read without
-/// waiting, with a securityContext and without (0.2), and 0.1's per-step loops.
-pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> [Value; 3] {
+/// waiting, with a securityContext and without (0.2), and 0.1's per-step loops. None for the
+/// jail check, which no earlier release wrote: its one form is the composition's, with the gate
+/// condition `compose` gives it under `Always` (a jail check without it would be kept).
+pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> Vec<Value> {
+    if matches!(spec, Helper::JailCheck) {
+        return Vec::new();
+    }
     let mut unwaited = helper_step(settings, name, spec);
     if let Helper::Gate { previous, checks } = spec {
         unwaited["args"] = json!([gate_script(previous, checks, false)]);
@@ -469,5 +474,5 @@ pub fn earlier_helper_steps(settings: &Settings, name: &str, spec: &Helper) -> [
     if let Some(step) = bare.as_object_mut() {
         step.remove("securityContext");
     }
-    [unwaited, bare, legacy_helper_step(settings, name, spec)]
+    vec![unwaited, bare, legacy_helper_step(settings, name, spec)]
 }

@@ -372,3 +372,6 @@ fn decide_with(request: Request<'_>, set: &PolicySet, lookup: &dyn Lookup, keep:
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod breaker36;

@@ -512,7 +512,10 @@ pub(super) fn seal(
     let materialised_any = materialised.is_some();
     let mut user = materialised.unwrap_or(recognised.user);
     // After the stepTemplate is written in, so that the jail's entries come last.
-    let jailed = hermetic.is_some() && user.iter_mut().fold(false, |c, s| hermetic::jail(s) | c);
+    let jailed = match hermetic {
+        Some(policy) => hermetic::jail_all(&mut user, policy)?,
+        None => false,
+    };
     let unchanged = recognised.in_place && !materialised_any && !jailed;
 
     let composed = inject::compose(user, applied, settings, version, &params);

@@ -66,11 +66,12 @@ pub fn recognise(
     params: &ParamValues<'_>,
     hint: Option<&Record>,
 ) -> Result<Recognised, Denial> {
-    recognise_as_run(steps, applied, settings, version, params, hint, &|_| {})
+    recognise_as_run(steps, applied, settings, version, params, hint, &|_, _| {})
 }
 
-/// [`recognise`] of steps as Tekton's controller ran them: `as_run` turns each composition into
-/// that form (the variables Tekton substituted) before it is compared with `steps`.
+/// [`recognise`] of steps as Tekton's controller ran them: `as_run` turns each composition (its
+/// steps, and what each is) into that form (the variables Tekton substituted) before it is
+/// compared with `steps`.
 pub fn recognise_as_run(
     steps: &[Value],
     applied: &[&Policy],
@@ -78,7 +79,7 @@ pub fn recognise_as_run(
     version: ApiVersion,
     params: &ParamValues<'_>,
     hint: Option<&Record>,
-    as_run: &dyn Fn(&mut [Value]),
+    as_run: &dyn Fn(&mut [Value], &[StepKind]),
 ) -> Result<Recognised, Denial> {
     let prefix = settings.prefix.as_str();
     let reserved = |s: &Value| tekton::step_name(s).is_some_and(|n| n.starts_with(prefix));
@@ -119,7 +120,7 @@ pub fn recognise_as_run(
     for reading in &readings {
         let user = undo(steps, settings, reading);
         let mut composed = inject::compose(user.clone(), applied, settings, version, params);
-        as_run(&mut composed.steps);
+        as_run(&mut composed.steps, &composed.kinds);
         match first_difference(steps, &composed, settings) {
             None => {
                 let in_place = steps.len() == composed.steps.len()

@@ -412,6 +412,17 @@ struct Covered<'s> {
     drift: Option<Drift>,
 }
 
+impl Covered<'_> {
+    /// Adds the step names the cover does not list yet.
+    fn add_steps<'n>(&mut self, names: impl IntoIterator<Item = &'n str>) {
+        for name in names {
+            if !self.steps.iter().any(|s| s == name) {
+                self.steps.push(name.to_owned());
+            }
+        }
+    }
+}
+
 /// What one policy's org steps did in one attempt.
 struct Findings {
     runs: Vec<StepRun>,
@@ -471,14 +482,20 @@ impl Attempt {
         let jailed = covered
             .iter()
             .any(|c| c.policy.is_some_and(|p| p.spec.user_steps.hermetic()));
+        // An OOM kill is the kernel's answer to a step that ran, never a jail that could not
+        // be set up.
+        let failed_to_start = |i: usize| {
+            outcomes[i] == StepOutcome::Failed
+                && !states[i].as_ref().is_some_and(StepState::oom_killed)
+        };
         let not_started: Vec<bool> = owners
             .iter()
             .enumerate()
             .map(|(i, owner)| match owner {
-                Owner::JailCheck => outcomes[i] == StepOutcome::Failed,
+                Owner::JailCheck => failed_to_start(i),
                 Owner::User => {
                     jailed
-                        && outcomes[i] == StepOutcome::Failed
+                        && failed_to_start(i)
                         && steps[i].get("onError").and_then(Value::as_str) == Some("continue")
                 }
                 Owner::Helper | Owner::Org(..) => false,
@@ -588,6 +605,12 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
     let by_id = |id: &str| set.policies().iter().find(|p| p.id.to_string() == id);
     let mut covered: Vec<Covered<'_>> = Vec::new();
     for entry in hint.iter().flat_map(|r| &r.policies) {
+        // One cover per policy, whatever the record says (bookend never names one twice):
+        // each cover is a verdict, and a policy's mark keeps one.
+        if let Some(cover) = covered.iter_mut().find(|c| c.id == entry.policy) {
+            cover.add_steps(entry.steps.iter().map(String::as_str));
+            continue;
+        }
         let policy = by_id(&entry.policy);
         let drift = match policy {
             None => Some(Drift::Gone),
@@ -619,12 +642,17 @@ pub fn verify(taskrun: &Value, set: &PolicySet, lookup: &dyn Lookup) -> Option<V
             .find(|p| p.step_names().any(|s| s == name))
             .filter(|p| !out_of_reach(p, &subject) && (!remote || p.namespace_level_only()))
         {
-            covered.push(Covered {
-                id: p.id.to_string(),
-                policy: Some(p),
-                steps: p.step_names().map(str::to_owned).collect(),
-                drift: None,
-            });
+            let id = p.id.to_string();
+            match covered.iter_mut().find(|c| c.id == id) {
+                // The record names the policy but not all of its steps: verified all the same.
+                Some(cover) => cover.add_steps(p.step_names()),
+                None => covered.push(Covered {
+                    id,
+                    policy: Some(p),
+                    steps: p.step_names().map(str::to_owned).collect(),
+                    drift: None,
+                }),
+            }
         }
     }
     // Evaluation order, as admission composed them.
@@ -845,21 +873,32 @@ fn compose_owners(
         run_params: &run_params,
         spec_params: &spec_params,
     };
-    let hint = view.annotation(record::ANNOTATION).and_then(Record::parse);
-    let version = ApiVersion::V1;
     let settings = set.settings();
+    // A resolved Task's record of which author steps bookend set to `continue` stays on the
+    // Task (Tekton's controller keeps the TaskRun's metadata): read them from its verdict.
+    let hint = match resolved {
+        Some(_) => continued_by_verdict(steps, settings),
+        None => view.annotation(record::ANNOTATION).and_then(Record::parse),
+    };
+    let version = ApiVersion::V1;
     let substitutions = resolved.map(|lookup| (lookup, Substitutions::of(view, task_spec)));
     let namespace = view.namespace().unwrap_or_default();
     // As Tekton's controller runs it: StepActions resolved (`GetStepActionsData`), then its
-    // variables substituted.
-    let as_run = |composed: &mut [Value]| {
+    // variables substituted. Only bookend's steps, composed from the policies: the author's are
+    // taken from what ran, where Tekton substituted them once already (substituted again, a
+    // value that names a variable — a param defaulting to `$(params.q)` — would change, and
+    // nothing would be taken for bookend's).
+    let as_run = |composed: &mut [Value], kinds: &[StepKind]| {
         if let Some((lookup, substitutions)) = &substitutions {
-            for step in composed.iter_mut() {
+            for (step, kind) in composed.iter_mut().zip(kinds) {
+                if matches!(kind, StepKind::User(_)) {
+                    continue;
+                }
                 if let Ok(ran) = resolve_step_action(step, namespace, *lookup) {
                     *step = ran;
                 }
             }
-            substitutions.apply(composed);
+            substitutions.apply(composed, kinds);
         }
     };
     let recognised = recognise_as_run(
@@ -895,6 +934,34 @@ fn compose_owners(
             })
             .collect(),
     )
+}
+
+/// Which of the author's steps among `steps` bookend set to `onError: continue`, as the verdict
+/// step among them reads their exit codes (by container name or index): a reading only, which
+/// composing again confirms or refutes, as the Pod backstop reads a resolved Task's Pod.
+fn continued_by_verdict(steps: &[Value], settings: &crate::policy::Settings) -> Option<Record> {
+    let verdict = settings.verdict_name();
+    let reads = super::pod::verdict_reads(
+        steps
+            .iter()
+            .find(|s| tekton::step_name(s) == Some(&verdict))?,
+    );
+    let prefix = settings.prefix.as_str();
+    let continued = steps
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !tekton::step_name(s).is_some_and(|n| n.starts_with(prefix)))
+        .enumerate()
+        .filter(|(_, (i, s))| {
+            let container = tekton::container_name(s, *i);
+            reads.iter().any(|r| *r == container || *r == i.to_string())
+        })
+        .map(|(ordinal, (_, s))| inject::user_step_key(s, ordinal))
+        .collect();
+    Some(Record {
+        continued,
+        ..Record::default()
+    })
 }
 
 /// An org step with a `ref` as Tekton's controller resolves it, from the StepAction bookend's
@@ -1034,7 +1101,8 @@ impl Substitutions {
         Self { shared }
     }
 
-    fn apply(&self, steps: &mut [Value]) {
+    /// Substitutes bookend's steps of `steps` (`kinds` says which are the author's).
+    fn apply(&self, steps: &mut [Value], kinds: &[StepKind]) {
         let names: Vec<String> = steps
             .iter()
             .filter_map(|s| tekton::step_name(s).map(str::to_owned))
@@ -1052,7 +1120,11 @@ impl Substitutions {
             })
             .collect();
         exit_codes.extend(self.shared.iter().cloned());
-        for step in steps.iter_mut() {
+        for (step, _) in steps
+            .iter_mut()
+            .zip(kinds)
+            .filter(|(_, k)| !matches!(k, StepKind::User(_)))
+        {
             let mut pairs = exit_codes.clone();
             if let Some(s) = tekton::step_name(step).map(str::to_owned) {
                 for result in step

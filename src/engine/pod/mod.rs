@@ -701,7 +701,7 @@ fn check_against(
                     .expect("the composition lists each of its helpers");
                 (
                     kind.helper_owner().unwrap_or("bookend").to_owned(),
-                    inject::earlier_helper_steps(settings, name, spec).to_vec(),
+                    inject::earlier_helper_steps(settings, name, spec),
                 )
             }
         };
@@ -767,9 +767,10 @@ fn check_authors_container(
     Ok(())
 }
 
-/// The step directories a verdict container reads (container names or indices), in the forms
-/// bookend writes and wrote: only a reading, which the composition confirms or refutes.
-fn verdict_reads(container: &Value) -> Vec<&str> {
+/// The step directories a verdict container (or step: the script is its last argument either
+/// way) reads (container names or indices), in the forms bookend writes and wrote: only a
+/// reading, which the composition confirms or refutes.
+pub(crate) fn verdict_reads(container: &Value) -> Vec<&str> {
     let script = container
         .get("args")
         .and_then(Value::as_array)
