@@ -969,23 +969,33 @@ spec:
 /// so bookend leaves it the network: the namespace's own code runs networked before the
 /// TaskRun's steps, in their Pod, writing into their workspace. The claim says no step the
 /// author supplied runs with network; a StepPolicy's steps are the namespace's, not the org's.
+/// Was open (breaker round 36); such a StepPolicy is now refused while the platform's jail
+/// applies.
 #[test]
-#[ignore = "open (breaker round 36): a namespace StepPolicy's steps run with network under a ClusterStepPolicy's userSteps.network: None; whether to jail or refuse them is a design decision"]
 fn a_namespace_policys_step_does_not_run_networked_under_the_platforms_jail() {
     let set = policies(&format!("{ON_SUCCESS_HERMETIC}{TEAM_STEPS}"));
     let d = run(&set, &taskrun(build()));
-    if d.outcome == Outcome::Denied {
-        return;
-    }
-    let team = steps(&d.object)
-        .into_iter()
-        .find(|s| s["name"] == "bookend-team-fetch")
-        .expect("the team's step is injected");
-    let env = team["env"].as_array().cloned().unwrap_or_default();
+    assert_eq!(d.outcome, Outcome::Denied, "admitted: {}", d.object);
+    let m = d.message.unwrap_or_default();
     assert!(
-        hermetic::effectively_jailed(&env),
-        "the namespace's step runs networked: {team}"
+        m.contains("StepPolicy/team-a/team")
+            && m.contains("bookend-team-fetch")
+            && m.contains("ClusterStepPolicy/org"),
+        "{m}"
     );
+    // A remote Task: refused at the TaskRun's CREATE, before any dry-run.
+    let remote = json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
+        "metadata": {"name": "r", "namespace": "team-a"},
+        "spec": {"taskRef": {"resolver": "git", "params": []}}});
+    assert_eq!(run(&set, &remote).outcome, Outcome::Denied);
+    // The namespace's own hermetic policy beside its own steps: the namespace jails only its
+    // TaskRuns' steps, its policy's steps keep the network.
+    let own = policies(&format!(
+        "{}{}",
+        TEAM_STEPS.trim_start_matches("\n---\n"),
+        "\n  userSteps: {network: None}\n"
+    ));
+    assert_eq!(run(&own, &taskrun(build())).outcome, Outcome::Mutated);
 }
 
 /// Attack (claim 2): the TaskRun's own fields that Tekton applies to a step by name, aimed at
@@ -1116,9 +1126,9 @@ fn an_oom_killed_author_step_is_no_jail_failure() {
 /// a debugger (`CheckForBreakpointOnFailure` runs for a command it could not start too) and
 /// writes no post file: nothing else runs, the TaskRun hangs until its timeout, and the
 /// controller's `TaskRunTimeout` on the jail check reads as a step stopped by the timeout,
-/// `did_not_run`, not `hermetic_jail_failed`. Refused only under `postStepsRun: Always`.
+/// `did_not_run`, not `hermetic_jail_failed`. Was refused only under `postStepsRun: Always`;
+/// now under `userSteps.network: None` too.
 #[test]
-#[ignore = "open (breaker round 36): a failure breakpoint turns a jail failure into a TaskRun timeout (did_not_run); refusing onFailure under userSteps.network: None too is a product decision"]
 fn a_failure_breakpoint_cannot_hide_a_jail_failure() {
     let set = policies(ON_SUCCESS_HERMETIC);
     let mut object = taskrun(build());

@@ -72,6 +72,35 @@ pub fn requiring<'p>(applied: &[&'p Policy]) -> Option<&'p Policy> {
         .find(|p| p.spec.user_steps.hermetic())
 }
 
+/// Under a ClusterStepPolicy's `userSteps.network: None`, refuses a StepPolicy that adds steps:
+/// org steps keep the network, and a namespace's own policy is not the platform's — its steps
+/// would run networked right before (or after) the jailed ones, in their Pod and workspace,
+/// written by whoever administers the namespace (who may also write the TaskRuns). A
+/// StepPolicy's own `userSteps.network: None` leaves every policy's steps the network: the
+/// namespace jails only its TaskRuns' steps there.
+pub fn check_policy_levels(applied: &[&Policy]) -> Result<(), Denial> {
+    let Some(platform) = applied
+        .iter()
+        .find(|p| p.spec.user_steps.hermetic() && p.id.namespace().is_none())
+    else {
+        return Ok(());
+    };
+    let Some(namespaced) = applied
+        .iter()
+        .find(|p| p.id.namespace().is_some() && p.step_names().next().is_some())
+    else {
+        return Ok(());
+    };
+    Err(Denial::policy(
+        namespaced,
+        format!(
+            "adds steps ({}) that would run with the Pod's network beside the steps {} requires to run without it (userSteps.network: None): a namespace's own policy steps are not the platform's, so they may not keep the network here; remove the steps from the StepPolicy (or narrow its match), or ask the platform team to make them part of a ClusterStepPolicy",
+            namespaced.step_names().collect::<Vec<_>>().join(", "),
+            platform.id
+        ),
+    ))
+}
+
 /// The two env entries that jail a step, in the order bookend appends them.
 fn jail_entries() -> [Value; 2] {
     [

@@ -8,7 +8,8 @@
 //! - `spec.stepSpecs` naming a reserved step, TaskRun-level `spec.computeResources`,
 //!   `podTemplate` `env`, `hostAliases`, `dnsConfig`, `dnsPolicy`, `hostNetwork` (unless equal to
 //!   the platform's `default-pod-template`), `spec.debug` breakpoints on reserved steps (and
-//!   `onFailure` under an Always policy: it holds a failing step for a debugger), and the
+//!   `onFailure` under an Always or hermetic policy: it holds a failing step, or a failed jail
+//!   check, for a debugger), and the
 //!   `experimental.tekton.dev/execution-mode: hermetic` annotation are refused;
 //! - a workspace mounted over a system directory, or one an org step runs from, is refused
 //!   (Tekton mounts workspaces into every step through the stepTemplate it makes when it builds
@@ -237,16 +238,26 @@ pub fn check_run_fields(
         // `onError` (`CheckForBreakpointOnFailure` in cmd/entrypoint, v0.62 to v1.15) and
         // without writing the step's post file: the next step, an Always post-step included,
         // waits until someone continues, or forever.
-        if let Some(policy) = always(applied)
-            && debug
-                .pointer("/breakpoints/onFailure")
-                .and_then(Value::as_str)
-                .is_some_and(|v| !v.is_empty())
-        {
+        let on_failure = debug
+            .pointer("/breakpoints/onFailure")
+            .and_then(Value::as_str)
+            .is_some_and(|v| !v.is_empty());
+        if let Some(policy) = always(applied).filter(|_| on_failure) {
             return Err(Denial::field(
                 "spec.debug.breakpoints.onFailure",
                 format!(
                     "policy {} runs its post-steps whatever the TaskRun's steps do (postStepsRun: Always), but with a failure breakpoint Tekton's entrypoint holds a failing step for a debugger, even under onError: continue, so the post-steps would not run until someone continues; remove onFailure (debug with beforeSteps breakpoints on your own steps)",
+                    policy.id
+                ),
+            ));
+        }
+        // The same hold on bookend's jail check, where the node cannot set the jail up: the
+        // TaskRun would hang until its timeout instead of failing as `hermetic_jail_failed`.
+        if let Some(policy) = super::hermetic::requiring(applied).filter(|_| on_failure) {
+            return Err(Denial::field(
+                "spec.debug.breakpoints.onFailure",
+                format!(
+                    "policy {} runs the TaskRun's steps without network (userSteps.network: None), and where a node cannot set up that jail bookend's jail check fails; with a failure breakpoint Tekton's entrypoint holds it for a debugger, so the TaskRun would hang until its timeout instead of saying why; remove onFailure (debug with beforeSteps breakpoints on your own steps)",
                     policy.id
                 ),
             ));

@@ -135,6 +135,7 @@ fn plan_source(
                 ));
             }
             if let Some(p) = hermetic::requiring(applied) {
+                hermetic::check_policy_levels(applied)?;
                 hermetic::check_run(view.spec(), lookup.default_pod_template().as_ref(), p)?;
             }
             // The namespace-level policies inject into the resolved Task at the controller's
@@ -501,6 +502,7 @@ pub(super) fn seal(
     });
     let hermetic = hermetic::requiring(applied);
     if let Some(policy) = hermetic {
+        hermetic::check_policy_levels(applied)?;
         hermetic::check(
             task_spec,
             &recognised.user,

@@ -563,14 +563,18 @@ fn check_run_fields(admitted: &Value, set: &PolicySet, applied: &[&Policy]) -> R
     }
     // Tekton's entrypoint holds a failing step for a debugger before it reads `onError`: the
     // Always post-steps would wait for someone to continue.
+    // ... and holds a jail check that could not start, under hermetic user steps.
     if applied
         .iter()
-        .any(|p| p.spec.post_steps_run == PostStepsRun::Always)
+        .any(|p| p.spec.post_steps_run == PostStepsRun::Always || p.spec.user_steps.hermetic())
         && spec["debug"]["breakpoints"]["onFailure"]
             .as_str()
             .is_some_and(|v| !v.is_empty())
     {
-        return Err("a failure breakpoint under a postStepsRun: Always policy".into());
+        return Err(
+            "a failure breakpoint under a postStepsRun: Always or userSteps.network: None policy"
+                .into(),
+        );
     }
     // Directories an org step runs from: its command's, its working directory, its mounts.
     let mut protected: Vec<String> = [
@@ -684,6 +688,19 @@ fn without_marks(taskrun: &Value) -> Value {
 fn check_hermetic(admitted: &Value, applied: &[&Policy], set: &PolicySet) -> Result<(), String> {
     if !applied.iter().any(|p| p.spec.user_steps.hermetic()) {
         return Ok(());
+    }
+    // The platform's jail leaves the network to the platform's steps only.
+    if applied
+        .iter()
+        .any(|p| p.spec.user_steps.hermetic() && p.id.namespace().is_none())
+        && let Some(p) = applied
+            .iter()
+            .find(|p| p.id.namespace().is_some() && p.step_names().next().is_some())
+    {
+        return Err(format!(
+            "{}'s steps keep the network under a ClusterStepPolicy's jail",
+            p.id
+        ));
     }
     let prefix = set.settings().prefix.as_str();
     let last = |env: &[Value], name: &str| -> Option<Value> {

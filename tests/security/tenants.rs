@@ -202,3 +202,90 @@ fn org_steps_cannot_be_written_by_the_taskruns_author() {
     let safe = "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {name: org}\nspec:\n  preSteps: [{name: bookend-x, image: alpine, env: [{name: URL, value: \"$(params.url)\"}], command: [sh, -c], args: [\"curl \\\"$URL\\\"\"]}]\n";
     assert!(load(safe).issues.is_empty(), "{:?}", load(safe).issues);
 }
+
+/// I9 against a namespace admin: under a ClusterStepPolicy's `userSteps.network: None`, no step
+/// of a namespace's own StepPolicy runs in the TaskRun's Pod (org steps keep the network, and a
+/// StepPolicy is not the platform's): the TaskRun is refused naming it, whatever the two
+/// policies' steps, priorities and the StepPolicy's own `userSteps` say, for every Task form.
+/// Where only the namespace asks for the jail, its policy's steps keep the network.
+#[test]
+fn no_namespace_policys_step_keeps_the_network_under_the_platforms_jail() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let strategy = (
+        any::<bool>(),
+        0usize..3,
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+        -100i32..100,
+        0usize..4,
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: 256,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let (denied, admitted) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    runner
+        .run(
+            &strategy,
+            |(platform_jails, platform_steps, (team_pre, team_post, team_jails), priority, form)| {
+                let platform = format!(
+                    "apiVersion: bookend.dev/v1alpha1\nkind: ClusterStepPolicy\nmetadata: {{name: org, creationTimestamp: \"2026-01-01T00:00:00Z\"}}\nspec:\n  userSteps: {{network: {}}}\n  preSteps: [{}]\n",
+                    if platform_jails { "None" } else { "Pod" },
+                    (0..platform_steps)
+                        .map(|i| format!("{{name: bookend-org-{i}, image: org, command: [\"/org\"]}}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                );
+                let mut team = format!(
+                    "apiVersion: bookend.dev/v1alpha1\nkind: StepPolicy\nmetadata: {{name: team, namespace: team-a, creationTimestamp: \"2026-01-01T00:00:00Z\"}}\nspec:\n  priority: {priority}\n  userSteps: {{network: {}}}\n",
+                    if team_jails { "None" } else { "Pod" }
+                );
+                if team_pre {
+                    team.push_str("  preSteps: [{name: bookend-team-pre, image: curl, command: [\"/fetch\"]}]\n");
+                }
+                if team_post {
+                    team.push_str("  postSteps: [{name: bookend-team-post, image: curl, command: [\"/push\"]}]\n");
+                }
+                let loaded = load(&format!("{platform}---\n{team}"));
+                prop_assert!(loaded.issues.is_empty(), "{:?}", loaded.issues);
+                let mut taskrun = inline(json!([build_step()]));
+                match form {
+                    1 => taskrun["spec"] = json!({"taskRef": {"name": "build"}}),
+                    2 => taskrun["spec"] = json!({"taskRef": {"resolver": "git", "params": []}}),
+                    3 => taskrun["apiVersion"] = json!("tekton.dev/v1beta1"),
+                    _ => {}
+                }
+                let d = decide(&taskrun, "team-a", &loaded.set, &crate::catalog());
+                let message = d.message.clone().unwrap_or_default();
+                let team_steps = team_pre || team_post;
+                if platform_jails && team_steps {
+                    prop_assert_eq!(d.outcome, bookend::engine::Outcome::Denied, "admitted: {}", d.object);
+                    prop_assert!(
+                        message.contains("StepPolicy/team-a/team") && message.contains("ClusterStepPolicy/org"),
+                        "{}",
+                        message
+                    );
+                    denied.set(denied.get() + 1);
+                } else {
+                    prop_assert!(
+                        !message.contains("may not keep the network here"),
+                        "refused without the platform's jail and the namespace's steps: {}",
+                        message
+                    );
+                    if d.outcome != bookend::engine::Outcome::Denied {
+                        admitted.set(admitted.get() + 1);
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap();
+    assert!(
+        denied.get() > 0 && admitted.get() > 0,
+        "{} {}",
+        denied.get(),
+        admitted.get()
+    );
+}
