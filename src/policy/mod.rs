@@ -237,6 +237,9 @@ pub struct Policy {
     pub(crate) pre_steps: Vec<Value>,
     pub(crate) post_steps: Vec<Value>,
     pub(crate) volumes: Vec<Value>,
+    /// The Pod containers of its steps as Tekton names them (`step-<name>`, cut to 63
+    /// characters): what the Pod backstop looks for, computed once here.
+    pub(crate) containers: Vec<String>,
     /// Whether the cluster's Tekton runs it ([`Settings::tekton`]); when `Degraded`, `spec`
     /// already says `postStepsRun: OnSuccess` (the hash is the authored spec's).
     pub tekton: Support,
@@ -302,7 +305,7 @@ impl Policy {
         if matches!(tekton, Support::Degraded(_)) {
             spec.post_steps_run = PostStepsRun::OnSuccess;
         }
-        Ok(Self {
+        let mut policy = Self {
             id: doc.id,
             spec,
             source: doc.source,
@@ -314,8 +317,14 @@ impl Policy {
             pre_steps,
             post_steps,
             volumes,
+            containers: Vec::new(),
             tekton,
-        })
+        };
+        policy.containers = policy
+            .step_names()
+            .map(|step| crate::tekton::restrict_length(&crate::tekton::step_container(step)))
+            .collect();
+        Ok(policy)
     }
 
     /// Whether the policy applies to `subject` (StepPolicies only in their own namespace).
