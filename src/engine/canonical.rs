@@ -20,6 +20,16 @@ pub fn equivalent(a: &Value, b: &Value) -> bool {
     values_eq(a, b, None)
 }
 
+/// [`equivalent`] of two objects without their member `skip` (what is not an object compares
+/// as with [`equivalent`]): a fixed form compared with an object whose `skip` member is known
+/// to be right, without building the object the fixed form would be with it.
+pub fn equivalent_except(a: &Value, b: &Value, skip: &str) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => objects_eq(x, y, None, &[skip]),
+        _ => equivalent(a, b),
+    }
+}
+
 /// `canon(a, key) == canon(b, key)`.
 fn values_eq(a: &Value, b: &Value, key: Option<&str>) -> bool {
     match (a, b) {
@@ -393,6 +403,29 @@ mod tests {
                     map.insert(k, z);
                 }
                 prop_assert_eq!(equivalent(&a, &b), canonical(&a) == canonical(&b));
+            }
+
+            /// Skipping a member is comparing the objects without it, whatever either holds
+            /// there (the service account token's checks skip the name they matched on).
+            #[test]
+            fn equivalent_except_is_equivalent_without_the_member(
+                a in value(), b in value(), k in key(), x in value(), y in value()
+            ) {
+                let (mut a, mut b) = (a, b);
+                let without = |v: &Value| {
+                    let mut v = v.clone();
+                    if let Value::Object(map) = &mut v {
+                        map.remove(&k);
+                    }
+                    v
+                };
+                prop_assert_eq!(equivalent_except(&a, &b, &k), equivalent(&without(&a), &without(&b)));
+                for (v, member) in [(&mut a, x), (&mut b, y)] {
+                    if let Value::Object(map) = v {
+                        map.insert(k.clone(), member);
+                    }
+                }
+                prop_assert_eq!(equivalent_except(&a, &b, &k), equivalent(&without(&a), &without(&b)));
             }
         }
     }

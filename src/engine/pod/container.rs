@@ -10,11 +10,12 @@
 //! and `resources` the policy leaves unset may be set by the platform (a LimitRange, an SCC).
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::engine::canonical::{canonical, equivalent};
+use crate::engine::canonical::{canonical, equivalent, equivalent_except};
 use crate::engine::isolate::OrgPaths;
 use crate::policy::validate::mount_point;
 
@@ -320,7 +321,7 @@ pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), 
     }
     check_env(container, step, looked_up, pod)?;
     for key in ["envFrom", "volumeDevices"] {
-        if canonical(&member(container, key)) != canonical(&member(step, key)) {
+        if canonical(member(container, key)) != canonical(member(step, key)) {
             return differ(key, "not the policy's");
         }
     }
@@ -328,14 +329,14 @@ pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), 
     // The policy's keys as defined; keys it leaves unset are the platform's to fill (a
     // LimitRange's requests, an SCC's runAsUser).
     if !covers(
-        &member(container, "securityContext"),
-        &member(step, "securityContext"),
+        member(container, "securityContext"),
+        member(step, "securityContext"),
     ) {
         return differ("securityContext", "not the policy's");
     }
     if !covers(
-        &member(container, "resources"),
-        &member(step, "computeResources"),
+        member(container, "resources"),
+        member(step, "computeResources"),
     ) {
         return differ("resources", "not the policy's");
     }
@@ -473,23 +474,26 @@ const SERVICE_ACCOUNT_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/service
 /// `SERVICE_ACCOUNT_TOKEN_PATH`, read-only. It takes a Pod volume named `kube-api-access-…`
 /// that is already there for it, so the mount alone says nothing about the volume's contents.
 fn is_plugins_token_mount(mount: &Value) -> bool {
+    static TOKEN_MOUNT: LazyLock<Value> = LazyLock::new(
+        || serde_json::json!({"mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": true}),
+    );
     let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-    name.starts_with("kube-api-access-")
-        && equivalent(
-            mount,
-            &serde_json::json!({"name": name, "mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": true}),
-        )
+    // The name is the mount's own: the rest is the plugin's.
+    name.starts_with("kube-api-access-") && equivalent_except(mount, &TOKEN_MOUNT, "name")
 }
 
 /// The plugin's mount on the projected volume of `TokenVolumeSource`: a Task volume of that
 /// name counts only if it is exactly that volume.
 fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
-    let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-    let token_volume = serde_json::json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+    static TOKEN_VOLUME: LazyLock<Value> = LazyLock::new(|| {
+        serde_json::json!({"projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
-    is_plugins_token_mount(mount) && volume.is_none_or(|v| equivalent(v, &token_volume))
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+    });
+    // `volume` is the Pod's volume of the mount's name (found by it): the rest is the plugin's.
+    is_plugins_token_mount(mount)
+        && volume.is_none_or(|v| equivalent_except(v, &TOKEN_VOLUME, "name"))
 }
 
 /// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
@@ -780,8 +784,8 @@ fn strings(value: Option<&Value>) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-fn member(value: &Value, key: &str) -> Value {
-    value.get(key).cloned().unwrap_or(Value::Null)
+fn member<'v>(value: &'v Value, key: &str) -> &'v Value {
+    value.get(key).unwrap_or(&Value::Null)
 }
 
 #[cfg(test)]
