@@ -30,6 +30,17 @@ pub fn equivalent_except(a: &Value, b: &Value, skip: &str) -> bool {
     }
 }
 
+/// Whether `{key: a}` and `{key: b}` are [`equivalent`], without building either object.
+pub fn members_equivalent(key: &str, a: &Value, b: &Value) -> bool {
+    members_eq(key, a, b, None)
+}
+
+/// Whether `{key: value}` is canonically empty (a zero value Go's round trip drops), without
+/// building it.
+pub fn member_dropped(key: &str, value: &Value) -> bool {
+    member_is_zero(key, value, None)
+}
+
 /// `canon(a, key) == canon(b, key)`.
 fn values_eq(a: &Value, b: &Value, key: Option<&str>) -> bool {
     match (a, b) {
@@ -403,6 +414,13 @@ mod tests {
                     map.insert(k, z);
                 }
                 prop_assert_eq!(equivalent(&a, &b), canonical(&a) == canonical(&b));
+            }
+
+            #[test]
+            fn one_member_forms_are_the_objects_of_one_member(k in key(), a in value(), b in value()) {
+                let (one_a, one_b) = (json!({ k.clone(): a.clone() }), json!({ k.clone(): b.clone() }));
+                prop_assert_eq!(members_equivalent(&k, &a, &b), equivalent(&one_a, &one_b));
+                prop_assert_eq!(member_dropped(&k, &a), canonical(&one_a) == json!({}));
             }
 
             /// Skipping a member is comparing the objects without it, whatever either holds

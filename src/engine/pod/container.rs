@@ -15,7 +15,9 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::engine::canonical::{canonical, equivalent, equivalent_except};
+use crate::engine::canonical::{
+    canonical, equivalent, equivalent_except, member_dropped, members_equivalent,
+};
 use crate::engine::isolate::OrgPaths;
 use crate::policy::validate::mount_point;
 
@@ -633,15 +635,9 @@ fn normalised_repository(reference: &str) -> String {
 fn covers(actual: &Value, want: &Value) -> bool {
     match (actual, want) {
         (_, Value::Null) => true,
-        (Value::Object(a), Value::Object(w)) => w.iter().all(|(k, wv)| {
-            let zero = canonical(&serde_json::json!({ k: wv })) == serde_json::json!({});
-            match a.get(k) {
-                Some(av) => {
-                    covers(av, wv)
-                        || equivalent(&serde_json::json!({ k: av }), &serde_json::json!({ k: wv }))
-                }
-                None => zero,
-            }
+        (Value::Object(a), Value::Object(w)) => w.iter().all(|(k, wv)| match a.get(k) {
+            Some(av) => covers(av, wv) || members_equivalent(k, av, wv),
+            None => member_dropped(k, wv),
         }),
         _ => equivalent(actual, want),
     }
