@@ -102,7 +102,7 @@ pub struct PodFacts<'a> {
     /// The Pod's volumes (`spec.volumes`).
     pub volumes: &'a [Value],
     /// Where nothing of the author's may be mounted in an org container (the dry-run's rule).
-    pub org_paths: &'a OrgPaths,
+    pub org_paths: &'a OrgPaths<'a>,
     /// bookend's reserved prefix, which its volumes' names carry.
     pub prefix: &'a str,
 }
