@@ -15,6 +15,7 @@ use std::sync::LazyLock;
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
+use super::name_of;
 use crate::engine::canonical::{
     canonical, equivalent, equivalent_except, member_dropped, members_equivalent,
 };
@@ -101,6 +102,8 @@ pub struct PodFacts<'a> {
     pub platform_env: &'a [Value],
     /// The Pod's volumes (`spec.volumes`).
     pub volumes: &'a [Value],
+    /// Which of them are the service account token's ([`token_volumes`]).
+    pub token_volumes: Vec<&'a str>,
     /// Where nothing of the author's may be mounted in an org container (the dry-run's rule).
     pub org_paths: &'a OrgPaths<'a>,
     /// bookend's reserved prefix, which its volumes' names carry.
@@ -427,7 +430,8 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
             .volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
-        if is_tektons_mount(name, &mount_point(path), volume) || is_service_account_token(a, volume)
+        if is_tektons_mount(name, &mount_point(path), volume)
+            || is_service_account_token(a, volume, pod)
         {
             continue;
         }
@@ -485,17 +489,30 @@ fn is_plugins_token_mount(mount: &Value) -> bool {
 }
 
 /// The plugin's mount on the projected volume of `TokenVolumeSource`: a Task volume of that
-/// name counts only if it is exactly that volume.
-fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
+/// name counts only if it is exactly that volume ([`PodFacts::token_volumes`]).
+fn is_service_account_token(mount: &Value, volume: Option<&Value>, pod: &PodFacts<'_>) -> bool {
+    is_plugins_token_mount(mount)
+        && volume.is_none_or(|_| pod.token_volumes.contains(&name_of(mount)))
+}
+
+/// The names of `volumes` (a Pod's) that are the ServiceAccount plugin's token volume, exactly:
+/// compared once per Pod, not once per container that mounts it. A name counts by its first
+/// volume, the one a mount of it is checked against.
+pub fn token_volumes(volumes: &[Value]) -> Vec<&str> {
     static TOKEN_VOLUME: LazyLock<Value> = LazyLock::new(|| {
         serde_json::json!({"projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
         {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
     });
-    // `volume` is the Pod's volume of the mount's name (found by it): the rest is the plugin's.
-    is_plugins_token_mount(mount)
-        && volume.is_none_or(|v| equivalent_except(v, &TOKEN_VOLUME, "name"))
+    let named = |name: &str| volumes.iter().find(|v| name_of(v) == name);
+    volumes
+        .iter()
+        .map(name_of)
+        .filter(|name| name.starts_with("kube-api-access-"))
+        // The name is the volume's own: the rest is the plugin's.
+        .filter(|name| named(name).is_some_and(|v| equivalent_except(v, &TOKEN_VOLUME, "name")))
+        .collect()
 }
 
 /// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
@@ -905,6 +922,7 @@ mod tests {
             place_scripts: None,
             platform_env: &[],
             volumes: &volumes,
+            token_volumes: token_volumes(&volumes),
             org_paths: &org_paths,
             prefix: "bookend-",
         };
@@ -1013,6 +1031,7 @@ mod tests {
                 place_scripts: None,
                 platform_env: &[],
                 volumes: &volumes,
+                token_volumes: token_volumes(&volumes),
                 org_paths: paths,
                 prefix: "bookend-",
             };

@@ -352,6 +352,7 @@ fn check_containers(
         place_scripts,
         platform_env: &platform_env,
         volumes,
+        token_volumes: container::token_volumes(volumes),
         org_paths: &org_paths,
         prefix: &settings.prefix,
     };
