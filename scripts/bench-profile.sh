@@ -5,8 +5,10 @@
 #   scripts/bench-profile.sh <case> [steps] [policies] [iterations] [cached tasks]
 #   scripts/bench-profile.sh review 3 10 200
 #   scripts/bench-profile.sh taskref 3 10 200 10000
+#   scripts/bench-profile.sh pod 3 10 200
 #
-# Cases: review, taskref, decide, diff, parse, scan (benches/profile.rs). Prints
+# Cases: review, taskref, decide, diff, parse, scan, example, build, backstop-build, the Pod
+# backstop's pod, pod-remote, pod-build, pod-build-review (benches/profile.rs). Prints
 # `case,steps,policies,instructions_per_iteration`; the profile is left in
 # target/callgrind.<case>-<steps>-<policies>.out.
 set -euo pipefail

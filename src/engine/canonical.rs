@@ -20,6 +20,27 @@ pub fn equivalent(a: &Value, b: &Value) -> bool {
     values_eq(a, b, None)
 }
 
+/// [`equivalent`] of two objects without their member `skip` (what is not an object compares
+/// as with [`equivalent`]): a fixed form compared with an object whose `skip` member is known
+/// to be right, without building the object the fixed form would be with it.
+pub fn equivalent_except(a: &Value, b: &Value, skip: &str) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => objects_eq(x, y, None, &[skip]),
+        _ => equivalent(a, b),
+    }
+}
+
+/// Whether `{key: a}` and `{key: b}` are [`equivalent`], without building either object.
+pub fn members_equivalent(key: &str, a: &Value, b: &Value) -> bool {
+    members_eq(key, a, b, None)
+}
+
+/// Whether `{key: value}` is canonically empty (a zero value Go's round trip drops), without
+/// building it.
+pub fn member_dropped(key: &str, value: &Value) -> bool {
+    member_is_zero(key, value, None)
+}
+
 /// `canon(a, key) == canon(b, key)`.
 fn values_eq(a: &Value, b: &Value, key: Option<&str>) -> bool {
     match (a, b) {
@@ -393,6 +414,36 @@ mod tests {
                     map.insert(k, z);
                 }
                 prop_assert_eq!(equivalent(&a, &b), canonical(&a) == canonical(&b));
+            }
+
+            #[test]
+            fn one_member_forms_are_the_objects_of_one_member(k in key(), a in value(), b in value()) {
+                let (one_a, one_b) = (json!({ k.clone(): a.clone() }), json!({ k.clone(): b.clone() }));
+                prop_assert_eq!(members_equivalent(&k, &a, &b), equivalent(&one_a, &one_b));
+                prop_assert_eq!(member_dropped(&k, &a), canonical(&one_a) == json!({}));
+            }
+
+            /// Skipping a member is comparing the objects without it, whatever either holds
+            /// there (the service account token's checks skip the name they matched on).
+            #[test]
+            fn equivalent_except_is_equivalent_without_the_member(
+                a in value(), b in value(), k in key(), x in value(), y in value()
+            ) {
+                let (mut a, mut b) = (a, b);
+                let without = |v: &Value| {
+                    let mut v = v.clone();
+                    if let Value::Object(map) = &mut v {
+                        map.remove(&k);
+                    }
+                    v
+                };
+                prop_assert_eq!(equivalent_except(&a, &b, &k), equivalent(&without(&a), &without(&b)));
+                for (v, member) in [(&mut a, x), (&mut b, y)] {
+                    if let Value::Object(map) = v {
+                        map.insert(k.clone(), member);
+                    }
+                }
+                prop_assert_eq!(equivalent_except(&a, &b, &k), equivalent(&without(&a), &without(&b)));
             }
         }
     }

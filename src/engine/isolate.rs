@@ -535,32 +535,24 @@ fn check_workspaces(task_spec: &Value, applied: &[&Policy]) -> Result<(), Denial
 /// Where the author's files may not be mounted in a container that runs an org step: the
 /// dry-run's rule for the Task's workspaces (which Tekton mounts into every step), and the Pod
 /// backstop's for every mount of an org container that is neither the policy's nor Tekton's.
-pub struct OrgPaths {
+pub struct OrgPaths<'p> {
     /// The policy that allows workspaces only under /workspace, if one applies.
     strict: Option<String>,
-    /// System directories and the top-level directories org steps run from.
-    protected: BTreeSet<String>,
-    /// The org steps' own mount paths, cleaned: nothing of the author's at, above or below.
-    mounts: BTreeSet<String>,
+    /// The applied policies: the top-level directories their steps run from are protected
+    /// (with the system directories), and nothing of the author's goes at, above or below
+    /// their steps' own mount paths ([`Policy::paths`], computed at policy load).
+    applied: Vec<&'p Policy>,
 }
 
-impl OrgPaths {
-    pub fn of(applied: &[&Policy]) -> Self {
+impl<'p> OrgPaths<'p> {
+    pub fn of(applied: &[&'p Policy]) -> Self {
         let strict = applied
             .iter()
             .find(|p| p.spec.workspace_mounts == WorkspaceMounts::UnderWorkspace)
             .map(|p| p.id.to_string());
-        let mounts = applied
-            .iter()
-            .flat_map(|p| p.pre_steps.iter().chain(&p.post_steps))
-            .flat_map(|s| list(s.get("volumeMounts")))
-            .filter_map(|m| m.get("mountPath").and_then(Value::as_str))
-            .map(mount_point)
-            .collect();
         Self {
             strict,
-            protected: protected_directories(applied),
-            mounts,
+            applied: applied.to_vec(),
         }
     }
 
@@ -580,7 +572,9 @@ impl OrgPaths {
             .split('/')
             .next()
             .unwrap_or("");
-        if clean == "/" || clean == "/workspace" || self.protected.contains(top) {
+        let protected = PROTECTED_DIRECTORIES.contains(&top)
+            || self.applied.iter().any(|p| p.paths.tops.contains(top));
+        if clean == "/" || clean == "/workspace" || protected {
             return Some(format!(
                 "and a workspace there would replace what they run from ({}); leave mountPath out (/workspace/<name>) or mount it in a directory of its own",
                 if clean == "/" {
@@ -595,9 +589,12 @@ impl OrgPaths {
                 .strip_prefix(outer)
                 .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
         };
-        self.mounts
+        // The first in path order, whichever policy's.
+        self.applied
             .iter()
-            .find(|m| within(&clean, m) || within(m, &clean))
+            .flat_map(|p| &p.paths.mounts)
+            .filter(|m| within(&clean, m) || within(m, &clean))
+            .min()
             .map(|m| {
                 format!(
                     "and a workspace there would cover or hide the org steps' own mount at {m}; mount it in a directory of its own"
@@ -766,37 +763,6 @@ pub fn materialise_step_template(
                 None => Ok(Some(steps)),
             }
         })
-}
-
-/// System directories, and the top-level directories org steps run from (their command, their
-/// working directory, their own mounts).
-fn protected_directories(applied: &[&Policy]) -> BTreeSet<String> {
-    let mut dirs = BTreeSet::new();
-    let top = |path: &str| {
-        path.strip_prefix('/')
-            .and_then(|p| p.split('/').next())
-            .filter(|t| !t.is_empty())
-            .map(str::to_owned)
-    };
-    for policy in applied {
-        // `/workspace` is where Tekton mounts workspaces by default: only an exact clash
-        // counts there (`check`), not the whole directory.
-        for step in policy.pre_steps.iter().chain(&policy.post_steps) {
-            let command = step
-                .get("command")
-                .and_then(|c| c.get(0))
-                .and_then(Value::as_str);
-            let working_dir = step.get("workingDir").and_then(Value::as_str);
-            dirs.extend(command.and_then(top));
-            dirs.extend(working_dir.and_then(top));
-            for mount in list(step.get("volumeMounts")) {
-                dirs.extend(mount.get("mountPath").and_then(Value::as_str).and_then(top));
-            }
-        }
-    }
-    dirs.remove("workspace");
-    dirs.extend(PROTECTED_DIRECTORIES.iter().map(|d| (*d).to_owned()));
-    dirs
 }
 
 fn list(value: Option<&Value>) -> &[Value] {

@@ -15,6 +15,7 @@ mod set;
 pub mod support;
 pub mod validate;
 
+use std::collections::BTreeSet;
 use std::fmt;
 
 use serde_json::Value;
@@ -237,9 +238,60 @@ pub struct Policy {
     pub(crate) pre_steps: Vec<Value>,
     pub(crate) post_steps: Vec<Value>,
     pub(crate) volumes: Vec<Value>,
+    /// The Pod containers of its steps as Tekton names them (`step-<name>`, cut to 63
+    /// characters): what the Pod backstop looks for, computed once here.
+    pub(crate) containers: Vec<String>,
+    /// Where its steps run from and mount: what `engine::isolate::OrgPaths` keeps the author's
+    /// files away from, computed once here.
+    pub(crate) paths: StepPaths,
     /// Whether the cluster's Tekton runs it ([`Settings::tekton`]); when `Degraded`, `spec`
     /// already says `postStepsRun: OnSuccess` (the hash is the authored spec's).
     pub tekton: Support,
+}
+
+/// Where a policy's steps run from and what they mount.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct StepPaths {
+    /// The top-level directories of the steps' commands, working directories and mount paths,
+    /// `workspace` aside (where Tekton mounts workspaces by default, only an exact clash
+    /// counts).
+    pub tops: BTreeSet<String>,
+    /// The steps' mount paths, cleaned ([`validate::mount_point`]).
+    pub mounts: BTreeSet<String>,
+}
+
+impl StepPaths {
+    fn of<'s>(steps: impl Iterator<Item = &'s Value>) -> Self {
+        let top = |path: &str| {
+            path.strip_prefix('/')
+                .and_then(|p| p.split('/').next())
+                .filter(|t| !t.is_empty())
+                .map(str::to_owned)
+        };
+        let mut paths = Self::default();
+        for step in steps {
+            let command = step
+                .get("command")
+                .and_then(|c| c.get(0))
+                .and_then(Value::as_str);
+            let working_dir = step.get("workingDir").and_then(Value::as_str);
+            paths.tops.extend(command.and_then(top));
+            paths.tops.extend(working_dir.and_then(top));
+            for mount in step
+                .get("volumeMounts")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                if let Some(path) = mount.get("mountPath").and_then(Value::as_str) {
+                    paths.tops.extend(top(path));
+                    paths.mounts.insert(validate::mount_point(path));
+                }
+            }
+        }
+        paths.tops.remove("workspace");
+        paths
+    }
 }
 
 /// Whether a policy applies to a TaskRun, and which criterion decided when it does not.
@@ -302,7 +354,7 @@ impl Policy {
         if matches!(tekton, Support::Degraded(_)) {
             spec.post_steps_run = PostStepsRun::OnSuccess;
         }
-        Ok(Self {
+        let mut policy = Self {
             id: doc.id,
             spec,
             source: doc.source,
@@ -314,8 +366,16 @@ impl Policy {
             pre_steps,
             post_steps,
             volumes,
+            containers: Vec::new(),
+            paths: StepPaths::default(),
             tekton,
-        })
+        };
+        policy.containers = policy
+            .step_names()
+            .map(|step| crate::tekton::restrict_length(&crate::tekton::step_container(step)))
+            .collect();
+        policy.paths = StepPaths::of(policy.pre_steps.iter().chain(&policy.post_steps));
+        Ok(policy)
     }
 
     /// Whether the policy applies to `subject` (StepPolicies only in their own namespace).

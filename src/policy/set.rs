@@ -19,6 +19,9 @@ pub struct PolicySet {
     index: Index,
     /// Every policy's step names (`bookend test` reports which steps were injected).
     step_names: HashSet<String>,
+    /// Every policy's step containers ([`Policy::containers`]): the Pod backstop asks for each
+    /// container of every Pod.
+    org_containers: HashSet<String>,
 }
 
 /// The step and volume names policies inject, by the scope they must be unique in: the org's
@@ -240,11 +243,16 @@ impl PolicySet {
             .iter()
             .flat_map(|p| p.step_names().map(str::to_owned))
             .collect();
+        let org_containers = policies
+            .iter()
+            .flat_map(|p| p.containers.iter().cloned())
+            .collect();
         let set = Self {
             index: Index::build(&policies),
             policies,
             settings,
             step_names,
+            org_containers,
         };
         (set, issues)
     }
@@ -267,6 +275,11 @@ impl PolicySet {
 
     pub fn settings(&self) -> &Settings {
         &self.settings
+    }
+
+    /// Whether `container` is the Pod container of a step some policy defines.
+    pub fn is_org_container(&self, container: &str) -> bool {
+        self.org_containers.contains(container)
     }
 
     pub fn len(&self) -> usize {

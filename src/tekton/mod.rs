@@ -313,9 +313,14 @@ pub fn step_name(step: &Value) -> Option<&str> {
 /// The container name Tekton gives the step at `index`: `step-<name>` or `step-unnamed-<index>`.
 pub fn container_name(step: &Value, index: usize) -> String {
     match step_name(step) {
-        Some(name) => format!("step-{name}"),
+        Some(name) => step_container(name),
         None => format!("step-unnamed-{index}"),
     }
+}
+
+/// The container name Tekton gives the step named `name` (before [`restrict_length`]).
+pub fn step_container(name: &str) -> String {
+    format!("step-{name}")
 }
 
 /// A container name as Tekton cuts it (`names.SimpleNameGenerator.RestrictLength` in

@@ -146,7 +146,7 @@ fn the_pod_backstop_sees_every_update_that_can_change_a_pods_labels() {
 /// is the relative one, the same directory in the container (it was admitted).
 #[test]
 fn the_backstop_refuses_an_authors_mount_over_an_org_mount_written_relative() {
-    use super::container::{PodFacts, check};
+    use super::container::{PodFacts, check, token_volumes};
     let policy = anywhere();
     let paths = OrgPaths::of(&[&policy]);
     let step = policy.pre_steps[0].clone();
@@ -170,6 +170,7 @@ fn the_backstop_refuses_an_authors_mount_over_an_org_mount_written_relative() {
         place_scripts: None,
         platform_env: &[],
         volumes: &volumes,
+        token_volumes: token_volumes(&volumes),
         org_paths: &paths,
         prefix: "bookend-",
     };

@@ -10,11 +10,15 @@
 //! and `resources` the policy leaves unset may be set by the platform (a LimitRange, an SCC).
 
 use std::collections::BTreeMap;
+use std::sync::LazyLock;
 
 use base64::Engine as _;
 use serde_json::{Map, Value};
 
-use crate::engine::canonical::{canonical, equivalent};
+use super::name_of;
+use crate::engine::canonical::{
+    canonical, equivalent, equivalent_except, member_dropped, members_equivalent,
+};
 use crate::engine::isolate::OrgPaths;
 use crate::policy::validate::mount_point;
 
@@ -98,8 +102,10 @@ pub struct PodFacts<'a> {
     pub platform_env: &'a [Value],
     /// The Pod's volumes (`spec.volumes`).
     pub volumes: &'a [Value],
+    /// Which of them are the service account token's ([`token_volumes`]).
+    pub token_volumes: Vec<&'a str>,
     /// Where nothing of the author's may be mounted in an org container (the dry-run's rule).
-    pub org_paths: &'a OrgPaths,
+    pub org_paths: &'a OrgPaths<'a>,
     /// bookend's reserved prefix, which its volumes' names carry.
     pub prefix: &'a str,
 }
@@ -320,7 +326,7 @@ pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), 
     }
     check_env(container, step, looked_up, pod)?;
     for key in ["envFrom", "volumeDevices"] {
-        if canonical(&member(container, key)) != canonical(&member(step, key)) {
+        if canonical(member(container, key)) != canonical(member(step, key)) {
             return differ(key, "not the policy's");
         }
     }
@@ -328,14 +334,14 @@ pub fn check(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(), 
     // The policy's keys as defined; keys it leaves unset are the platform's to fill (a
     // LimitRange's requests, an SCC's runAsUser).
     if !covers(
-        &member(container, "securityContext"),
-        &member(step, "securityContext"),
+        member(container, "securityContext"),
+        member(step, "securityContext"),
     ) {
         return differ("securityContext", "not the policy's");
     }
     if !covers(
-        &member(container, "resources"),
-        &member(step, "computeResources"),
+        member(container, "resources"),
+        member(step, "computeResources"),
     ) {
         return differ("resources", "not the policy's");
     }
@@ -424,7 +430,8 @@ fn check_mounts(container: &Value, step: &Value, pod: &PodFacts<'_>) -> Result<(
             .volumes
             .iter()
             .find(|v| v.get("name").and_then(Value::as_str) == Some(name));
-        if is_tektons_mount(name, &mount_point(path), volume) || is_service_account_token(a, volume)
+        if is_tektons_mount(name, &mount_point(path), volume)
+            || is_service_account_token(a, volume, pod)
         {
             continue;
         }
@@ -473,23 +480,39 @@ const SERVICE_ACCOUNT_TOKEN_PATH: &str = "/var/run/secrets/kubernetes.io/service
 /// `SERVICE_ACCOUNT_TOKEN_PATH`, read-only. It takes a Pod volume named `kube-api-access-…`
 /// that is already there for it, so the mount alone says nothing about the volume's contents.
 fn is_plugins_token_mount(mount: &Value) -> bool {
+    static TOKEN_MOUNT: LazyLock<Value> = LazyLock::new(
+        || serde_json::json!({"mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": true}),
+    );
     let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-    name.starts_with("kube-api-access-")
-        && equivalent(
-            mount,
-            &serde_json::json!({"name": name, "mountPath": SERVICE_ACCOUNT_TOKEN_PATH, "readOnly": true}),
-        )
+    // The name is the mount's own: the rest is the plugin's.
+    name.starts_with("kube-api-access-") && equivalent_except(mount, &TOKEN_MOUNT, "name")
 }
 
 /// The plugin's mount on the projected volume of `TokenVolumeSource`: a Task volume of that
-/// name counts only if it is exactly that volume.
-fn is_service_account_token(mount: &Value, volume: Option<&Value>) -> bool {
-    let name = mount.get("name").and_then(Value::as_str).unwrap_or("");
-    let token_volume = serde_json::json!({"name": name, "projected": {"defaultMode": 420, "sources": [
+/// name counts only if it is exactly that volume ([`PodFacts::token_volumes`]).
+fn is_service_account_token(mount: &Value, volume: Option<&Value>, pod: &PodFacts<'_>) -> bool {
+    is_plugins_token_mount(mount)
+        && volume.is_none_or(|_| pod.token_volumes.contains(&name_of(mount)))
+}
+
+/// The names of `volumes` (a Pod's) that are the ServiceAccount plugin's token volume, exactly:
+/// compared once per Pod, not once per container that mounts it. A name counts by its first
+/// volume, the one a mount of it is checked against.
+pub fn token_volumes(volumes: &[Value]) -> Vec<&str> {
+    static TOKEN_VOLUME: LazyLock<Value> = LazyLock::new(|| {
+        serde_json::json!({"projected": {"defaultMode": 420, "sources": [
         {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
         {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}});
-    is_plugins_token_mount(mount) && volume.is_none_or(|v| equivalent(v, &token_volume))
+        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.namespace"}}]}}]}})
+    });
+    let named = |name: &str| volumes.iter().find(|v| name_of(v) == name);
+    volumes
+        .iter()
+        .map(name_of)
+        .filter(|name| name.starts_with("kube-api-access-"))
+        // The name is the volume's own: the rest is the plugin's.
+        .filter(|name| named(name).is_some_and(|v| equivalent_except(v, &TOKEN_VOLUME, "name")))
+        .collect()
 }
 
 /// Tekton's own mounts in a step container (`pkg/pod`: `implicitVolumeMounts`, `binROMount`,
@@ -629,15 +652,9 @@ fn normalised_repository(reference: &str) -> String {
 fn covers(actual: &Value, want: &Value) -> bool {
     match (actual, want) {
         (_, Value::Null) => true,
-        (Value::Object(a), Value::Object(w)) => w.iter().all(|(k, wv)| {
-            let zero = canonical(&serde_json::json!({ k: wv })) == serde_json::json!({});
-            match a.get(k) {
-                Some(av) => {
-                    covers(av, wv)
-                        || equivalent(&serde_json::json!({ k: av }), &serde_json::json!({ k: wv }))
-                }
-                None => zero,
-            }
+        (Value::Object(a), Value::Object(w)) => w.iter().all(|(k, wv)| match a.get(k) {
+            Some(av) => covers(av, wv) || members_equivalent(k, av, wv),
+            None => member_dropped(k, wv),
         }),
         _ => equivalent(actual, want),
     }
@@ -780,8 +797,8 @@ fn strings(value: Option<&Value>) -> Vec<&str> {
         .unwrap_or_default()
 }
 
-fn member(value: &Value, key: &str) -> Value {
-    value.get(key).cloned().unwrap_or(Value::Null)
+fn member<'v>(value: &'v Value, key: &str) -> &'v Value {
+    value.get(key).unwrap_or(&Value::Null)
 }
 
 #[cfg(test)]
@@ -905,6 +922,7 @@ mod tests {
             place_scripts: None,
             platform_env: &[],
             volumes: &volumes,
+            token_volumes: token_volumes(&volumes),
             org_paths: &org_paths,
             prefix: "bookend-",
         };
@@ -1013,6 +1031,7 @@ mod tests {
                 place_scripts: None,
                 platform_env: &[],
                 volumes: &volumes,
+                token_volumes: token_volumes(&volumes),
                 org_paths: paths,
                 prefix: "bookend-",
             };

@@ -27,6 +27,7 @@ mod breaker34;
 #[cfg(test)]
 mod breaker35;
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Value, json};
@@ -40,11 +41,6 @@ use super::{Denial, SubjectFacts, hermetic};
 use crate::policy::{Mode, Policy, PolicySet, Settings, TaskRefPolicy};
 use crate::tekton::{self, ApiVersion, TaskRunView, TaskSource};
 use container::{Difference, PodFacts};
-
-/// The container name Tekton gives a step.
-fn container_of(step: &str) -> String {
-    format!("step-{step}")
-}
 
 /// Checks `pod` (a Pod Tekton created for `taskrun`, both as the API server has them).
 /// `Ok` carries warnings; a Pod that lacks steps is a denial naming each step, its policy and
@@ -99,7 +95,7 @@ pub fn check_pod(
 
     let missing: Vec<String> = required
         .iter()
-        .filter(|(step, _)| !containers.contains(container_of(step).as_str()))
+        .filter(|(step, _)| !containers.contains(tekton::step_container(step).as_str()))
         .map(|(step, by)| format!("{step} ({by})"))
         .collect();
     let name = view.display_name();
@@ -356,6 +352,7 @@ fn check_containers(
         place_scripts,
         platform_env: &platform_env,
         volumes,
+        token_volumes: container::token_volumes(volumes),
         org_paths: &org_paths,
         prefix: &settings.prefix,
     };
@@ -371,14 +368,6 @@ fn check_containers(
 /// came to.
 fn check_author_mounts(pod: &Value, set: &PolicySet) -> Result<(), String> {
     let settings = set.settings();
-    // The containers of steps some policy defines (their content is the Pod check's, against
-    // that policy); a reserved-prefix name no policy defines is the author's like any other.
-    let org: BTreeSet<String> = set
-        .policies()
-        .iter()
-        .flat_map(Policy::step_names)
-        .map(|step| tekton::restrict_length(&container_of(step)))
-        .collect();
     let list = |key: &str| {
         pod.pointer(key)
             .and_then(Value::as_array)
@@ -397,7 +386,9 @@ fn check_author_mounts(pod: &Value, set: &PolicySet) -> Result<(), String> {
             step_index += 1;
             step_index - 1
         });
-        if org.contains(name) {
+        // The container of a step some policy defines (its content is the Pod check's, against
+        // that policy); a reserved-prefix name no policy defines is the author's like any other.
+        if set.is_org_container(name) {
             continue;
         }
         for mount in container
@@ -540,10 +531,10 @@ fn check_composed(
     settings: &Settings,
     facts: &PodFacts<'_>,
 ) -> Result<Vec<String>, String> {
-    // As Tekton builds the Pod: v1 field names.
+    // As Tekton builds the Pod: v1 field names (a v1 spec as it is, not a copy).
     let task_spec = match view.api_version {
-        ApiVersion::V1 => task_spec.clone(),
-        ApiVersion::V1beta1 => tekton::task_spec_to_v1(task_spec.clone()),
+        ApiVersion::V1 => Cow::Borrowed(task_spec),
+        ApiVersion::V1beta1 => Cow::Owned(tekton::task_spec_to_v1(task_spec.clone())),
     };
     let taskrun_steps = task_spec
         .get("steps")
@@ -599,16 +590,16 @@ fn check_remote(
     facts: &PodFacts<'_>,
 ) -> Result<Vec<String>, String> {
     let prefix = format!("step-{}", settings.prefix);
-    let org: BTreeSet<String> = policies
+    let org: BTreeSet<&str> = policies
         .iter()
-        .flat_map(|p| p.step_names())
-        .map(|step| tekton::restrict_length(&container_of(step)))
+        .flat_map(|p| &p.containers)
+        .map(String::as_str)
         .collect();
     let is_helper = |name: &str| {
         name.strip_prefix("step-")
             .is_some_and(|n| settings.is_helper_name(n))
     };
-    let verdict = container_of(&settings.verdict_name());
+    let verdict = tekton::step_container(&settings.verdict_name());
     let checked_by_verdict: Vec<&str> = steps
         .iter()
         .filter(|c| name_of(c) == verdict)
@@ -688,22 +679,23 @@ fn check_against(
                 name_of(container)
             ));
         }
-        let (owner, earlier) = match kind {
+        // The helper's name and spec: the forms earlier releases wrote, built only for a
+        // container that is not the current form.
+        let (owner, helper) = match kind {
             StepKind::User(_) if authors_on_error => {
                 check_authors_container(container, step, settings)?;
                 continue;
             }
             StepKind::User(_) => continue,
-            StepKind::Pre(p) | StepKind::Post(p) => (policies[*p].id.to_string(), Vec::new()),
-            StepKind::Gate | StepKind::Verdict | StepKind::JailCheck => {
-                let (name, spec) = helpers
-                    .next()
-                    .expect("the composition lists each of its helpers");
-                (
-                    kind.helper_owner().unwrap_or("bookend").to_owned(),
-                    inject::earlier_helper_steps(settings, name, spec),
-                )
-            }
+            StepKind::Pre(p) | StepKind::Post(p) => (policies[*p].id.to_string(), None),
+            StepKind::Gate | StepKind::Verdict | StepKind::JailCheck => (
+                kind.helper_owner().unwrap_or("bookend").to_owned(),
+                Some(
+                    helpers
+                        .next()
+                        .expect("the composition lists each of its helpers"),
+                ),
+            ),
         };
         // A StepAction's content is resolved at reconcile time from the platform's pinned
         // source (policies refuse any other): its position and name are checked.
@@ -712,10 +704,11 @@ fn check_against(
         }
         if let Err(d) = container::check(container, step, facts) {
             // A helper an earlier release wrote is bookend's too.
-            if earlier
-                .iter()
-                .any(|e| container::check(container, e, facts).is_ok())
-            {
+            if helper.is_some_and(|(name, spec)| {
+                inject::earlier_helper_steps(settings, name, spec)
+                    .iter()
+                    .any(|e| container::check(container, e, facts).is_ok())
+            }) {
                 continue;
             }
             return Err(explain(name_of(container), &owner, d));
