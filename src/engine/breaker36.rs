@@ -306,42 +306,11 @@ fn a_step_template_whose_env_is_not_a_list_leaves_no_step_unjailed() {
     }
 }
 
-/// A remote TaskRun as admitted, and the spec its resolved `task_spec` has after bookend's
-/// dry-run mutation, with the step result paths substituted as Tekton's controller does.
+/// A remote TaskRun as admitted (with a uid), and the spec its resolved `task_spec` has after
+/// bookend's dry-run mutation, with the step result paths substituted as Tekton's controller does.
 fn remote_run(set: &PolicySet, task_spec: Value) -> (Value, Value) {
-    let d = run(
-        set,
-        &json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
-                "metadata": {"generateName": "run-", "namespace": "team-a"},
-                "spec": {"taskRef": {"resolver": "git", "params": [{"name": "url", "value": "x"}]}}}),
-    );
-    assert_eq!(d.outcome, Outcome::Mutated, "{:?}", d.message);
-    let mut object = d.object;
-    object["metadata"]["name"] = json!("run-1");
+    let (mut object, spec) = super::verify::tests::remote_with(set, task_spec);
     object["metadata"]["uid"] = json!("u-1");
-    object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
-    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-                      "metadata": {"name": "build", "namespace": "team-a"},
-                      "spec": task_spec});
-    let resolved = super::decide_resolved_task(
-        super::Request {
-            object: &task,
-            namespace: "team-a",
-            dry_run: true,
-        },
-        set,
-        &Catalog::default(),
-    );
-    assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
-    let mut spec = resolved.object["spec"].clone();
-    for (i, step) in spec["steps"].as_array_mut().unwrap().iter_mut().enumerate() {
-        let container = crate::tekton::container_name(step, i);
-        let text = step.to_string().replace(
-            "$(step.results.ok.path)",
-            &format!("/tekton/steps/{container}/results/ok"),
-        );
-        *step = serde_json::from_str(&text).unwrap();
-    }
     (object, spec)
 }
 

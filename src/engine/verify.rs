@@ -1360,7 +1360,7 @@ impl Stop<'_> {
 
 #[cfg(test)]
 #[path = "verify_tests.rs"]
-mod tests;
+pub(crate) mod tests;
 
 #[cfg(test)]
 #[path = "verify_breaker34.rs"]

@@ -847,6 +847,11 @@ fn a_jail_check_that_could_not_start_is_a_jail_failure_under_every_policy_kind()
 /// steps), and the resolved Task's spec as Tekton's controller's dry-run returns it with the
 /// policies' steps around `build`.
 fn remote(set: &PolicySet) -> (Value, Value) {
+    remote_with(set, json!({"steps": [{"name": "build", "image": "go"}]}))
+}
+
+/// [`remote`] with `task_spec` as the resolved Task's spec.
+pub(crate) fn remote_with(set: &PolicySet, task_spec: Value) -> (Value, Value) {
     let d = run(
         set,
         &json!({"apiVersion": "tekton.dev/v1", "kind": "TaskRun",
@@ -859,7 +864,7 @@ fn remote(set: &PolicySet) -> (Value, Value) {
     object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
     let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
                       "metadata": {"name": "build", "namespace": "team-a"},
-                      "spec": {"steps": [{"name": "build", "image": "go"}]}});
+                      "spec": task_spec});
     let resolved = crate::engine::decide_resolved_task(
         crate::engine::Request {
             object: &task,
@@ -877,11 +882,11 @@ fn remote(set: &PolicySet) -> (Value, Value) {
 /// paths substituted (the only variables bookend's helpers carry).
 fn as_tekton_stores(spec: &Value) -> Value {
     let mut spec = spec.clone();
-    for step in spec["steps"].as_array_mut().unwrap() {
-        let name = step["name"].as_str().unwrap().to_owned();
+    for (i, step) in spec["steps"].as_array_mut().unwrap().iter_mut().enumerate() {
+        let container = crate::tekton::container_name(step, i);
         let text = step.to_string().replace(
             "$(step.results.ok.path)",
-            &format!("/tekton/steps/step-{name}/results/ok"),
+            &format!("/tekton/steps/{container}/results/ok"),
         );
         *step = serde_json::from_str(&text).unwrap();
     }
