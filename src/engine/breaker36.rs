@@ -755,18 +755,7 @@ mod generated {
     /// Bookend's dry-run mutation of a resolved Task with `steps`: the Task spec it returns,
     /// `None` when it refuses.
     fn dry_run(set: &PolicySet, task_steps: Vec<Value>) -> Option<Value> {
-        let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-            "metadata": {"name": "build", "namespace": "team-a"},
-            "spec": {"steps": task_steps}});
-        let d = crate::engine::decide_resolved_task(
-            crate::engine::Request {
-                object: &task,
-                namespace: "team-a",
-                dry_run: true,
-            },
-            set,
-            &Catalog::default(),
-        );
+        let d = crate::engine::tests::dry_run_task(set, json!({"steps": task_steps}));
         (d.outcome != Outcome::Denied).then_some(d.object)
     }
 

@@ -277,7 +277,7 @@ fn why(policy: &Policy, what: &str) -> String {
 }
 
 /// Why a step that is not root, or lacks `CAP_SETUID`/`CAP_SETGID`, never runs in the jail.
-const NEEDS_ROOT: &str = "Tekton's entrypoint maps every user and group id into the jail's user namespace, which only root with the CAP_SETUID and CAP_SETGID capabilities may do (runtime scenario 20: a step with runAsUser 1000 fails to start), so the step could never run";
+const NEEDS_ROOT: &str = "Tekton's entrypoint maps every user and group id into the jail's user namespace, which only root with the CAP_SETUID and CAP_SETGID capabilities may do (measured: a step with runAsUser 1000 fails to start, as if it had exited 1), so the step could never run";
 
 /// A securityContext field of a step as Tekton's stepTemplate merge leaves it (the step's own
 /// value, else the template's): the value and where it was written.

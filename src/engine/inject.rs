@@ -235,7 +235,8 @@ fn compose_with(
             }
             // The jail check's `:` cannot exit non-zero: it fails only when its jail cannot be
             // set up, and then Tekton's entrypoint skips every later step whatever `onError`
-            // says. Nothing to continue past, so no gate for it either.
+            // says. Nothing to continue past: no `onError`, and no gate checks it (it carries
+            // the current gate's condition like any step).
             if position < last
                 && kind != StepKind::JailCheck
                 && effective_on_error(&step, params) != "continue"

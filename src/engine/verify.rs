@@ -1169,12 +1169,13 @@ fn name_owners(
     settings: &crate::policy::Settings,
 ) -> Vec<Owner> {
     let prefix = settings.prefix.as_str();
+    let jail_check = settings.jail_check_name();
     let mut seen_user = false;
     steps
         .iter()
         .map(|s| {
             let name = tekton::step_name(s).unwrap_or_default();
-            if name == settings.jail_check_name() {
+            if name == jail_check {
                 return Owner::JailCheck;
             }
             if name.starts_with(prefix) && settings.is_helper_name(name) {

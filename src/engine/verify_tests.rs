@@ -862,18 +862,7 @@ pub(crate) fn remote_with(set: &PolicySet, task_spec: Value) -> (Value, Value) {
     let mut object = d.object;
     object["metadata"]["name"] = json!("run-1");
     object["metadata"]["creationTimestamp"] = json!("2026-02-01T10:00:00Z");
-    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
-                      "metadata": {"name": "build", "namespace": "team-a"},
-                      "spec": task_spec});
-    let resolved = crate::engine::decide_resolved_task(
-        crate::engine::Request {
-            object: &task,
-            namespace: "team-a",
-            dry_run: true,
-        },
-        set,
-        &Catalog::default(),
-    );
+    let resolved = crate::engine::tests::dry_run_task(set, task_spec);
     assert_eq!(resolved.outcome, Outcome::Mutated, "{:?}", resolved.message);
     (object, as_tekton_stores(&resolved.object["spec"]))
 }

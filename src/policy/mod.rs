@@ -54,6 +54,9 @@ pub struct Settings {
     pub tekton: Cluster,
 }
 
+/// The jail check's name after the prefix ([`Settings::jail_check_name`]).
+const JAIL_CHECK: &str = "jail-check";
+
 /// Default reserved prefix.
 pub const DEFAULT_PREFIX: &str = "bookend-";
 /// Default helper image for the gate, verdict and jail check steps.
@@ -103,7 +106,7 @@ impl Settings {
     /// `userSteps.network: None` policy: it runs nothing, in the jail they run in, so that a
     /// node that cannot set the jail up fails it, by name, before any of the author's steps.
     pub fn jail_check_name(&self) -> String {
-        format!("{}jail-check", self.prefix)
+        format!("{}{JAIL_CHECK}", self.prefix)
     }
 
     /// Whether `name` is one of bookend's own helper step names.
@@ -112,7 +115,7 @@ impl Settings {
             return false;
         };
         rest == "verdict"
-            || rest == "jail-check"
+            || rest == JAIL_CHECK
             || rest
                 .strip_prefix("gate-")
                 .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))

@@ -97,6 +97,22 @@ pub(crate) fn run(set: &PolicySet, object: &Value) -> Decision {
     run_with(set, object, &Catalog::default())
 }
 
+/// bookend's answer when Tekton's controller dry-run-creates a resolved Task `build` in
+/// `team-a` with `spec` (remote resolution).
+pub(crate) fn dry_run_task(set: &PolicySet, spec: Value) -> Decision {
+    let task = json!({"apiVersion": "tekton.dev/v1", "kind": "Task",
+                      "metadata": {"name": "build", "namespace": "team-a"}, "spec": spec});
+    crate::engine::decide_resolved_task(
+        Request {
+            object: &task,
+            namespace: "team-a",
+            dry_run: true,
+        },
+        set,
+        &Catalog::default(),
+    )
+}
+
 pub(crate) fn run_with(set: &PolicySet, object: &Value, lookup: &dyn Lookup) -> Decision {
     decide(request(object), set, lookup)
 }
